@@ -1,0 +1,10 @@
+"""FL algorithms behind an explicit name -> builder registry.
+
+A builder takes the method's own hyper-parameters as keyword arguments and returns an
+:class:`~fedbench.algorithms.base.Algorithm`.  Importing this package registers all of them.
+"""
+
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms import local, fedavg  # noqa: F401  (register the builders)
+
+__all__ = ["ALGORITHMS", "Algorithm", "Federation"]

@@ -1,0 +1,87 @@
+"""What every algorithm sees (:class:`Federation`) and provides (:class:`Algorithm`), plus the
+server-side steps they share: client sampling, one round of local SGD, weighted averaging."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from fedbench.engine.batches import make_batch_plan
+from fedbench.engine.federated_data import FederatedData
+from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.weights import Weights, weighted_average
+from fedbench.registry import Registry
+
+ALGORITHMS: Registry = Registry("algorithm")
+
+
+@dataclass
+class Federation:
+    """The simulated federation of one cell: model template, data, trainer, and the round's randomness.
+
+    ``generator`` drives client sampling and batch order of training; ``eval_generator(t)``
+    gives evaluation-time randomness (e.g. FedAvg+'s fine-tuning) that does not perturb training.
+    """
+
+    model: nn.Module
+    data: FederatedData
+    trainer: Any  # VectorisedTrainer or ReferenceTrainer
+    local: LocalSGD
+    participation: float
+    generator: torch.Generator
+    seed: int
+
+    @property
+    def num_clients(self) -> int:
+        return self.data.num_clients
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.x.device
+
+    def eval_generator(self, round_: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + round_)
+
+    def sample_clients(self) -> torch.Tensor:
+        """max(1, round(rho * K)) distinct clients, uniformly at random, in increasing order."""
+        m = max(1, round(self.participation * self.num_clients))
+        chosen = torch.randperm(self.num_clients, generator=self.generator)[:m]
+        return chosen.sort().values.to(self.device)
+
+    def train_clients(
+        self,
+        start: Weights,
+        clients: torch.Tensor,
+        hp: LocalSGD | None = None,
+        center: Weights | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[Weights, torch.Tensor]:
+        """Local SGD from stacked ``start`` for ``clients`` (all at once); returns weights and mean losses."""
+        hp = hp or self.local
+        counts = self.data.train.counts[clients]
+        plan = make_batch_plan(counts, hp.epochs, hp.batch_size, generator or self.generator)
+        return self.trainer.train(start, clients, plan, hp, center)
+
+    def average(self, stacked: Weights, clients: torch.Tensor) -> Weights:
+        """Sample-weighted average sum_i n_i theta_i / sum_i n_i of the clients' models."""
+        return weighted_average(stacked, self.data.train.counts[clients])
+
+    def with_local(self, **changes) -> LocalSGD:
+        return replace(self.local, **changes)
+
+
+class Algorithm(Protocol):
+    """Plain-state algorithm: ``init`` -> state; ``round`` -> (state, per-client train loss);
+    ``client_models`` -> the stacked model each client is scored with; ``global_model`` -> the
+    server model or None."""
+
+    def init(self, fed: Federation, initial: Weights) -> dict: ...
+
+    def round(self, fed: Federation, state: dict, round_: int) -> tuple[dict, torch.Tensor]: ...
+
+    def client_models(self, fed: Federation, state: dict, round_: int) -> Weights: ...
+
+    def global_model(self, fed: Federation, state: dict) -> Weights | None: ...

@@ -1,0 +1,65 @@
+"""FedAvg, FedProx and FedAvg+ (FedAvg followed by local fine-tuning).
+
+* FedAvg — McMahan et al. 2017, Algorithm 1: sampled clients run E epochs of local SGD
+  from the global model; the server takes the sample-weighted average sum_k n_k/n w_k.
+* FedProx — Li et al. 2020, Eq. (2): the local objective adds mu/2 ||w - w^t||^2.
+* FedAvg+ — as FeMAM (Sec. 5, baselines) defines it: FedAvg, then every client fine-tunes
+  the global model for ``finetune_epochs`` local epochs; clients are scored with the
+  fine-tuned models.  Fine-tuning happens at evaluation time on a copy (it never feeds
+  back into training) with its own random stream, so ``eval_every`` does not change the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.engine.weights import Weights, broadcast
+
+
+@dataclass(frozen=True)
+class FedAvg:
+    prox_mu: float = 0.0
+    finetune_epochs: int = 0
+
+    def init(self, fed: Federation, initial: Weights) -> dict:
+        return {"global": initial}
+
+    def round(self, fed: Federation, state: dict, round_: int):
+        chosen = fed.sample_clients()
+        start = broadcast(state["global"], len(chosen))
+        hp = fed.with_local(prox_mu=self.prox_mu) if self.prox_mu else None
+        trained, loss = fed.train_clients(start, chosen, hp=hp, center=start)
+        return {"global": fed.average(trained, chosen)}, loss
+
+    def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
+        models = broadcast(state["global"], fed.num_clients)
+        if not self.finetune_epochs:
+            return models
+        everyone = torch.arange(fed.num_clients, device=fed.device)
+        hp = fed.with_local(epochs=self.finetune_epochs, prox_mu=0.0)
+        tuned, _ = fed.train_clients(models, everyone, hp=hp, generator=fed.eval_generator(round_))
+        return tuned
+
+    def global_model(self, fed: Federation, state: dict) -> Weights:
+        return state["global"]
+
+
+@ALGORITHMS.register("fedavg")
+def fedavg() -> FedAvg:
+    """FedAvg (McMahan et al. 2017), sample-weighted aggregation."""
+    return FedAvg()
+
+
+@ALGORITHMS.register("fedprox")
+def fedprox(*, mu: float = 0.01) -> FedAvg:
+    """FedProx (Li et al. 2020) with proximal coefficient ``mu`` (mu = 0 is FedAvg)."""
+    return FedAvg(prox_mu=mu)
+
+
+@ALGORITHMS.register("fedavg_plus")
+def fedavg_plus(*, finetune_epochs: int = 1) -> FedAvg:
+    """FedAvg+ (FeMAM's baseline): FedAvg, then each client fine-tunes for ``finetune_epochs`` epochs."""
+    return FedAvg(finetune_epochs=finetune_epochs)

@@ -1,0 +1,128 @@
+"""The experiment config: semantic checks (after the JSON schema), cells, and resolved cell specs.
+
+The JSON schema (``workflow/schemas/config.schema.yaml``) checks structure and types; this
+module checks what the schema cannot: that every name refers to a registered source,
+partitioner, model, algorithm or protocol, that grids name declared entries, and that each
+entry's parameters are ones its builder accepts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+
+from fedbench.algorithms import ALGORITHMS
+from fedbench.data.partitioners import PARTITIONERS
+from fedbench.data.sources import DATASETS
+from fedbench.models import MODELS
+from fedbench.protocols import PROTOCOLS
+from fedbench.registry import UnknownNameError
+
+# config section -> (key naming the builder, registry, keys handled outside the builder)
+SECTIONS = {
+    "datasets": ("source", DATASETS, ()),
+    "partitions": ("kind", PARTITIONERS, ("test_fraction",)),
+    "models": ("arch", MODELS, ()),
+    "algorithms": ("method", ALGORITHMS, ()),
+}
+GRID_AXES = {"datasets": "datasets", "partitions": "partitions", "models": "models", "algorithms": "algorithms"}
+
+
+class ConfigError(ValueError):
+    """The config names something that does not exist or passes parameters nobody takes."""
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One fully specified run."""
+
+    experiment: str
+    dataset: str
+    partition: str
+    model: str
+    algorithm: str
+    seed: int
+
+    def run_dir(self, results: str) -> str:
+        return f"{results}/runs/{self.experiment}/{self.dataset}/{self.partition}/{self.model}/{self.algorithm}/seed{self.seed}"
+
+    def partition_stem(self, results: str) -> str:
+        return partition_stem(results, self.dataset, self.partition, self.seed)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def partition_stem(results: str, dataset: str, partition: str, seed: int) -> str:
+    return f"{results}/partitions/{dataset}/{partition}/seed{seed}"
+
+
+def check_config(config: dict) -> None:
+    """Raise :class:`ConfigError` naming the first problem and the valid choices."""
+    for section, (key, registry, extra) in SECTIONS.items():
+        for name, entry in config.get(section, {}).items():
+            where = f"{section}.{name}"
+            if key not in entry:
+                raise ConfigError(f"{where}: missing {key!r}; valid choices: {', '.join(registry.names())}")
+            try:
+                registry[entry[key]]
+            except UnknownNameError as error:
+                raise ConfigError(f"{where}.{key}: {error}") from None
+            params = {k: v for k, v in entry.items() if k != key and k not in extra}
+            try:
+                registry.check_params(entry[key], params, where)
+            except ValueError as error:
+                raise ConfigError(str(error)) from None
+    for experiment, spec in config.get("experiments", {}).items():
+        try:
+            PROTOCOLS[spec.get("protocol", "mean_client_last")]
+        except UnknownNameError as error:
+            raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
+        for i, block in enumerate(spec.get("grid", [])):
+            for axis, section in GRID_AXES.items():
+                declared = config.get(section, {})
+                for name in block.get(axis, []):
+                    if name not in declared:
+                        raise ConfigError(
+                            f"experiments.{experiment}.grid[{i}].{axis}: {name!r} is not declared under "
+                            f"'{section}'; declared: {', '.join(sorted(declared)) or '(none)'}"
+                        )
+
+
+def expand_cells(config: dict) -> list[Cell]:
+    """Every experiment's grid blocks (cartesian products) times every seed, without duplicates."""
+    cells = set()
+    for experiment, spec in config.get("experiments", {}).items():
+        for block in spec.get("grid", []):
+            for dataset, partition, model, algorithm, seed in itertools.product(
+                block["datasets"], block["partitions"], block["models"], block["algorithms"], config["seeds"]
+            ):
+                cells.add(Cell(experiment, dataset, partition, model, algorithm, int(seed)))
+    return sorted(cells)
+
+
+TRAINING_DEFAULTS = {
+    "rounds": 20,
+    "local_epochs": 1,
+    "batch_size": 10,
+    "lr": 0.01,
+    "momentum": 0.0,
+    "weight_decay": 0.0,
+    "participation": 1.0,
+    "eval_every": 1,
+    "engine": "vectorised",
+    "client_chunk": None,
+}
+
+
+def resolve_cell(config: dict, cell: Cell) -> dict:
+    """Everything a run needs, with defaults filled in: the cell's entries and its experiment's training."""
+    experiment = config["experiments"][cell.experiment]
+    return {
+        "dataset": dict(config["datasets"][cell.dataset]),
+        "partition": dict(config["partitions"][cell.partition]),
+        "model": dict(config["models"][cell.model]),
+        "algorithm": dict(config["algorithms"][cell.algorithm]),
+        "training": {**TRAINING_DEFAULTS, **experiment.get("training", {})},
+        "protocol": experiment.get("protocol", "mean_client_last"),
+    }

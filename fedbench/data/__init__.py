@@ -1,0 +1,1 @@
+"""Datasets (``sources``), non-IID partitioners (``partitioners``) and their on-disk form (``partition_file``)."""

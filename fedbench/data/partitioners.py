@@ -92,7 +92,12 @@ def partition_dataset(dataset: ArrayDataset, spec: dict, seed: int) -> Partition
     clients = PARTITIONERS[spec["kind"]](dataset, rng, **params)
     test_fraction = spec.get("test_fraction", 0.25)
     train, test = [], []
-    for indices in clients:
+    for k, indices in enumerate(clients):
+        if len(indices) < 2:
+            raise ValueError(
+                f"client {k} has {len(indices)} sample(s): too few to split into train and test; "
+                f"use fewer clients or a larger min_size"
+            )
         tr, te = train_test_split(indices, test_size=test_fraction, random_state=int(rng.integers(2**31)))
         train.append(np.sort(tr))
         test.append(np.sort(te))

@@ -1,0 +1,41 @@
+"""Shared fixtures: tiny federations built from hand-made arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedbench.algorithms import Federation
+from fedbench.engine.federated_data import ClientIndex, FederatedData
+from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.vectorised import VectorisedTrainer
+
+
+def make_data(sizes: list[int], dim: int = 5, num_classes: int = 3, seed: int = 0, test: int = 4) -> FederatedData:
+    """Gaussian features with a linear labelling; client k owns ``sizes[k]`` train and ``test`` test rows."""
+    rng = np.random.default_rng(seed)
+    total = sum(sizes) + test * len(sizes)
+    x = rng.normal(size=(total, dim)).astype(np.float32)
+    y = (x @ rng.normal(size=(dim, num_classes))).argmax(1).astype(np.int64)
+    train, test_rows, start = [], [], 0
+    for n in sizes:
+        train.append(np.arange(start, start + n))
+        test_rows.append(np.arange(start + n, start + n + test))
+        start += n + test
+    return FederatedData(
+        torch.from_numpy(x), torch.from_numpy(y),
+        ClientIndex.from_lists(train, "cpu"), ClientIndex.from_lists(test_rows, "cpu"), num_classes,
+    )
+
+
+def make_federation(data: FederatedData, model, local: LocalSGD, participation=1.0, seed=0) -> Federation:
+    return Federation(
+        model=model, data=data, trainer=VectorisedTrainer(model, data), local=local,
+        participation=participation, generator=torch.Generator().manual_seed(seed), seed=seed,
+    )
+
+
+@pytest.fixture
+def tiny_data() -> FederatedData:
+    return make_data([23, 7, 15, 10])

@@ -1,0 +1,77 @@
+"""Evaluation on cases small enough to check by hand."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from fedbench.engine.evaluate import evaluate_clients, evaluate_pooled
+from fedbench.engine.federated_data import ClientIndex, FederatedData
+from fedbench.engine.weights import broadcast, model_weights
+from fedbench.protocols import PROTOCOLS
+
+
+def identity_classifier() -> nn.Module:
+    """Logits = the 2 input features, so argmax(x) is the prediction."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.eye(2))
+        model[0].bias.zero_()
+    return model
+
+
+@pytest.fixture
+def data():
+    # samples: logits (x) and labels; client 0 owns rows 0-3, client 1 owns rows 4-5
+    x = torch.tensor([[2.0, 0.0], [0.0, 1.0], [1.0, 0.0], [3.0, 0.0], [0.0, 0.0], [0.0, 5.0]])
+    y = torch.tensor([0, 1, 1, 1, 0, 1])
+    index = ClientIndex.from_lists([np.array([0, 1, 2, 3]), np.array([4, 5])], "cpu")
+    return FederatedData(x, y, index, index, num_classes=2)
+
+
+def test_per_client_accuracy_loss_and_f1(data):
+    model = identity_classifier()
+    scores = evaluate_clients(model, broadcast(model_weights(model), 2), data, data.test, torch.arange(2))
+    # client 0: predictions 0,1,0,0 vs labels 0,1,1,1 -> 2/4 correct; client 1: argmax([0,0]) = 0 (right), 1 (right)
+    np.testing.assert_allclose(scores.accuracy, [0.5, 1.0])
+    ce = lambda logits, label: math.log(sum(math.exp(v) for v in logits)) - logits[label]  # noqa: E731
+    loss0 = (ce([2, 0], 0) + ce([0, 1], 1) + ce([1, 0], 1) + ce([3, 0], 1)) / 4
+    loss1 = (ce([0, 0], 0) + ce([0, 5], 1)) / 2
+    np.testing.assert_allclose(scores.loss, [loss0, loss1], rtol=1e-6)
+    # client 0 macro-F1: class 0: P=1/3, R=1 -> 0.5; class 1: P=1, R=1/3 -> 0.5
+    np.testing.assert_allclose(scores.macro_f1, [0.5, 1.0])
+    summary = scores.summary()
+    assert summary["acc_mean"] == pytest.approx(0.75)
+    assert summary["acc_var"] == pytest.approx(0.0625)  # population variance of (0.5, 1.0)
+    assert summary["acc_pooled"] == pytest.approx(4 / 6)
+
+
+def test_chunked_evaluation_matches(data):
+    model = identity_classifier()
+    stacked = broadcast(model_weights(model), 2)
+    whole = evaluate_clients(model, stacked, data, data.test, torch.arange(2))
+    chunked = evaluate_clients(model, stacked, data, data.test, torch.arange(2), chunk_size=1, block=3)
+    np.testing.assert_allclose(whole.loss, chunked.loss, rtol=1e-6)
+    np.testing.assert_array_equal(whole.correct, chunked.correct)
+
+
+def test_pooled_evaluation(data):
+    model = identity_classifier()
+    pooled = evaluate_pooled(model, model_weights(model), data, data.test, block=4)
+    assert pooled.accuracy[0] == pytest.approx(4 / 6)
+
+
+def test_protocols_pick_their_round():
+    history = pd.DataFrame({
+        "round": [1, 2, 3], "acc_mean": [0.5, 0.7, 0.6], "acc_pooled": [0.4, 0.8, 0.6], "acc_var": [0.1, 0.2, 0.3],
+        "f1_mean": [0.1, 0.2, 0.3], "loss_mean": [3.0, 2.0, 1.0],
+        "global_acc": [0.2, 0.3, 0.25], "global_f1": [0.1, 0.1, 0.1], "global_loss": [1.0, 1.0, 1.0],
+    })
+    assert PROTOCOLS["mean_client_last"].final(history) == {
+        "round": 3, "accuracy": 0.6, "macro_f1": 0.3, "loss": 1.0, "variance": 0.3}
+    assert PROTOCOLS["pooled_max"].final(history)["round"] == 2
+    assert PROTOCOLS["global_last"].final(history)["accuracy"] == 0.25
+    assert PROTOCOLS["global_last"].final(history)["variance"] is None

@@ -1,0 +1,70 @@
+# fedbench: datasets -> partitions -> one training run per cell -> tables, figures, report.
+#
+#   snakemake --cores all                     everything in config/config.yaml
+#   snakemake --cores 1 partitions|train|tables
+#   snakemake --cores 1 results/runs/<experiment>/<dataset>/<partition>/<model>/<algorithm>/seed<N>/metrics.json
+#   snakemake --report reports/fedbench.html
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version, validate
+
+from fedbench.config import check_config
+
+min_version("8.10")
+
+
+configfile: "config/config.yaml"
+
+
+# A bad config stops here, before any job: structure and types first, then names and parameters.
+validate(config, "workflow/schemas/config.schema.yaml")
+try:
+    check_config(config)
+except ValueError as error:
+    raise WorkflowError(f"Invalid fedbench config: {error}")
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+
+
+wildcard_constraints:
+    experiment=name_choices("experiments"),
+    dataset=name_choices("datasets"),
+    partition=name_choices("partitions"),
+    model=name_choices("models"),
+    algorithm=name_choices("algorithms"),
+    seed=r"\d+",
+
+
+include: "workflow/rules/partitions.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule partitions:
+    input:
+        npz=all_partitions("npz"),
+        heatmaps=all_partitions("png"),
+
+
+rule train:
+    input:
+        metrics=all_runs("metrics.json"),
+
+
+rule tables:
+    input:
+        table=f"{RESULTS}/tables/results.csv",
+        markdown=f"{RESULTS}/tables/results.md",
+        curves=curve_figures(),
+
+
+rule all:
+    default_target: True
+    input:
+        rules.partitions.input,
+        rules.train.input,
+        rules.tables.input,

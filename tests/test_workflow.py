@@ -1,0 +1,223 @@
+"""End-to-end tests of the Snakemake workflow on a tiny config, plus the aggregation functions
+(tables, figures) on hand-made run files.
+
+The workflow runs once per test session in a temporary directory (``-s <repo>/Snakefile
+--directory <tmp>``), so the repository's own ``results/`` is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_CONFIG = REPO / "tests" / "data" / "tiny_config.yaml"
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+
+def snakemake(workdir: Path, *args: str, configfile: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the repository's workflow in ``workdir``; returns the finished process (stdout and stderr merged)."""
+    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir)]
+    if configfile is not None:
+        command += ["--configfile", str(configfile)]
+    process = subprocess.run(
+        command + list(args), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600
+    )
+    if check and process.returncode != 0:
+        pytest.fail(f"{' '.join(command + list(args))} failed ({process.returncode}):\n{process.stdout[-6000:]}")
+    return process
+
+
+def planned_jobs(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a (dry) run as {rule: count}."""
+    if "Job stats:" not in output:
+        return {}
+    table = output.split("Job stats:", 1)[1]
+    jobs = {}
+    for line in table.splitlines()[3:]:
+        match = re.fullmatch(r"(\w+)\s+(\d+)", line.strip())
+        if not match:
+            break
+        jobs[match[1]] = int(match[2])
+    jobs.pop("total", None)
+    return jobs
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    """The tiny workflow, run once: partitions, 4 training runs, table, curves."""
+    workdir = tmp_path_factory.mktemp("tiny_run")
+    configfile = workdir / "tiny_config.yaml"
+    shutil.copy(TINY_CONFIG, configfile)
+    snakemake(workdir, "--cores", "2", configfile=configfile)
+    return workdir
+
+
+# ---- the tiny suite, end to end ---------------------------------------------------------
+
+
+def test_results_table_holds_every_cell(tiny_run):
+    table = pd.read_csv(tiny_run / "results" / "tables" / "results.csv")
+    assert len(table) == 4
+    assert {"experiment", "dataset", "partition", "model", "algorithm", "seeds", "accuracy_mean", "accuracy_std",
+            "macro_f1_mean", "global_accuracy_mean", "accuracy"} <= set(table.columns)
+    assert set(table["partition"]) == {"iid", "dir0.5"}
+    assert list(table["algorithm"].unique()) == ["local", "fedavg"]  # the config's order
+    assert (table["seeds"] == 1).all()
+    assert table["accuracy_mean"].between(30, 100).all(), table[["partition", "algorithm", "accuracy_mean"]]
+    local = table[table["algorithm"] == "local"]
+    assert local["global_accuracy_mean"].isna().all()  # Local has no global model
+    assert table.loc[table["algorithm"] == "fedavg", "global_accuracy_mean"].between(30, 100).all()
+    markdown = (tiny_run / "results" / "tables" / "results.md").read_text()
+    assert "## tiny" in markdown and "±" in markdown and "fedavg" in markdown
+
+
+def test_every_output_and_log_is_written(tiny_run):
+    results = tiny_run / "results"
+    for partition in ("iid", "dir0.5"):
+        for ext in ("npz", "json", "png"):
+            assert (results / "partitions" / "digits" / partition / f"seed0.{ext}").stat().st_size > 0
+        for algorithm in ("local", "fedavg"):
+            run = results / "runs" / "tiny" / "digits" / partition / "mlr" / algorithm / "seed0"
+            metrics = json.loads((run / "metrics.json").read_text())
+            assert metrics["cell"]["algorithm"] == algorithm
+            history = pd.read_csv(run / "history.csv")
+            assert list(history["round"]) == [2, 4]
+            assert len(pd.read_csv(run / "clients.csv")) == 4
+            log = tiny_run / "logs" / "train" / "tiny" / "digits" / partition / "mlr" / algorithm / "seed0.log"
+            assert "round 4/4" in log.read_text()  # the fedbench logger lands in the job's log
+    assert (results / "figures" / "curves_tiny.png").stat().st_size > 0
+
+
+def test_nothing_to_do_after_a_run(tiny_run):
+    process = snakemake(tiny_run, "-n", configfile=tiny_run / "tiny_config.yaml")
+    assert planned_jobs(process.stdout) == {}, process.stdout[-3000:]
+    assert "Nothing to be done" in process.stdout
+
+
+def test_report_is_built(tiny_run):
+    report = tiny_run / "report.html"
+    snakemake(tiny_run, "--report", str(report), configfile=tiny_run / "tiny_config.yaml")
+    html = report.read_text(errors="replace")
+    assert len(html) > 10_000
+    assert "curves_tiny.png" in html and "results.csv" in html
+
+
+def test_editing_a_partition_reruns_only_what_depends_on_it(tiny_run, tmp_path):
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["partitions"]["dir0.5"]["alpha"] = 0.1
+    edited = write_config(tiny_run / "edited_config.yaml", config)
+    process = snakemake(tiny_run, "-n", configfile=edited)
+    assert planned_jobs(process.stdout) == {
+        "partition": 1, "partition_heatmap": 1, "train_cell": 2, "results_table": 1, "accuracy_curves": 1, "all": 1,
+    }, process.stdout[-3000:]
+
+
+# ---- planning and validation, without running jobs ------------------------------------
+
+
+def test_one_cell_builds_only_that_cell_and_its_partition(tmp_path):
+    target = "results/runs/tiny/digits/dir0.5/mlr/fedavg/seed0/metrics.json"
+    process = snakemake(tmp_path, "-n", target, configfile=TINY_CONFIG)
+    assert planned_jobs(process.stdout) == {"partition": 1, "train_cell": 1}
+
+
+def test_unknown_algorithm_stops_before_any_job(tmp_path):
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["algorithms"]["fedavg"]["method"] = "fedsgdx"
+    process = snakemake(tmp_path, "--cores", "1", configfile=write_config(tmp_path / "bad.yaml", config), check=False)
+    assert process.returncode != 0
+    assert "fedsgdx" in process.stdout and "valid choices" in process.stdout, process.stdout[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_schema_rejects_unknown_keys(tmp_path):
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["experiments"]["tiny"]["training"]["learning_rate"] = 0.1
+    process = snakemake(tmp_path, "--cores", "1", configfile=write_config(tmp_path / "bad.yaml", config), check=False)
+    assert process.returncode != 0
+    assert "learning_rate" in process.stdout, process.stdout[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_lint_reports_nothing():
+    process = subprocess.run(
+        [str(SNAKEMAKE), "--lint"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300
+    )
+    assert process.returncode == 0, process.stdout
+    assert "Lints for" not in process.stdout, process.stdout
+
+
+# ---- tables and figures on hand-made runs ---------------------------------------------
+
+
+def fake_run(results: Path, algorithm: str, seed: int, accuracy: float, global_accuracy: float | None) -> Path:
+    """A run directory with the files run_cell writes (only the fields the aggregation reads)."""
+    cell = dict(experiment="e", dataset="digits", partition="iid", model="mlr", algorithm=algorithm, seed=seed)
+    run = results / "runs" / "e" / "digits" / "iid" / "mlr" / algorithm / f"seed{seed}"
+    run.mkdir(parents=True)
+    metrics = {
+        "cell": cell,
+        "protocol": "mean_client_last",
+        "final": {"accuracy": accuracy, "macro_f1": accuracy - 0.05, "loss": 0.5, "variance": 0.01, "round": 4},
+        "global": {"accuracy": global_accuracy, "macro_f1": None, "loss": None},
+        "device": "cpu",
+        "wall_time_s": 1.0,
+    }
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    pd.DataFrame(
+        {"round": [2, 4], "train_loss": [1.0, 0.5], "acc_mean": [accuracy / 2, accuracy], "acc_var": [0.01, 0.01],
+         "f1_mean": [0.3, 0.6], "loss_mean": [1.0, 0.5], "acc_pooled": [0.4, 0.8],
+         "global_acc": [global_accuracy] * 2, "global_f1": [None] * 2, "global_loss": [None] * 2}
+    ).to_csv(run / "history.csv", index=False)
+    return run
+
+
+def test_tables_mean_and_std_over_seeds(tmp_path):
+    from fedbench.results.tables import write_tables
+
+    runs = [
+        fake_run(tmp_path, "fedavg", 0, 0.80, 0.78),
+        fake_run(tmp_path, "fedavg", 1, 0.90, 0.88),
+        fake_run(tmp_path, "local", 0, 0.70, None),
+    ]
+    summary = write_tables(
+        [run / "metrics.json" for run in runs], tmp_path / "t.csv", tmp_path / "t.md",
+        orders={"algorithm": ["local", "fedavg"]},
+    )
+    assert list(summary["algorithm"]) == ["local", "fedavg"]
+    fedavg = summary.set_index("algorithm").loc["fedavg"]
+    assert fedavg["seeds"] == 2
+    assert fedavg["accuracy_mean"] == pytest.approx(85.0)
+    assert fedavg["accuracy_std"] == pytest.approx(5.0)  # population std over seeds
+    assert fedavg["accuracy"] == "85.00 ± 5.00"
+    assert pd.isna(summary.set_index("algorithm").loc["local", "global_accuracy_mean"])
+    assert pd.read_csv(tmp_path / "t.csv").shape[0] == 2
+    assert "| 70.00 ± 0.00 | 85.00 ± 5.00 |" in (tmp_path / "t.md").read_text()
+
+
+def test_figures_are_written(tmp_path):
+    from fedbench.results.figures import load_histories, plot_accuracy_curves, plot_partition_heatmap
+
+    runs = [fake_run(tmp_path, algorithm, seed, 0.8, 0.7) for algorithm in ("local", "fedavg") for seed in (0, 1)]
+    histories = load_histories(runs)
+    assert len(histories) == 8 and {"algorithm", "seed", "acc_mean"} <= set(histories.columns)
+    plot_accuracy_curves(histories, tmp_path / "curves.png")
+    summary = {"dataset": "digits", "partition": "iid", "seed": 0, "train_class_counts": [[5, 0, 3], [1, 2, 9]]}
+    (tmp_path / "p.json").write_text(json.dumps(summary))
+    plot_partition_heatmap(tmp_path / "p.json", tmp_path / "heatmap.png")
+    for name in ("curves.png", "heatmap.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,53 @@
+# Stage 3: the runs -> results table (mean ± std over seeds) and accuracy curves per experiment.
+
+
+rule results_table:
+    input:
+        metrics=all_runs("metrics.json"),
+        code=results_sources(),
+    output:
+        csv=report(
+            f"{RESULTS}/tables/results.csv",
+            caption="../report/results_table.rst",
+            category="Tables",
+            labels={"table": "results", "format": "CSV"},
+        ),
+        md=report(
+            f"{RESULTS}/tables/results.md",
+            caption="../report/results_table.rst",
+            category="Tables",
+            labels={"table": "results", "format": "Markdown"},
+        ),
+    log:
+        "logs/tables/results.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/results_table.py"
+
+
+rule accuracy_curves:
+    input:
+        metrics=lambda w: all_runs("metrics.json", w.experiment),
+        histories=lambda w: all_runs("history.csv", w.experiment),
+        code=results_sources(),
+    output:
+        png=report(
+            f"{RESULTS}/figures/curves_{{experiment}}.png",
+            caption="../report/accuracy_curves.rst",
+            category="Figures",
+            subcategory="Accuracy curves",
+            labels={"experiment": "{experiment}", "figure": "accuracy vs round"},
+        ),
+    log:
+        "logs/figures/curves_{experiment}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/accuracy_curves.py"

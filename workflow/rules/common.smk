@@ -1,0 +1,102 @@
+# Helpers shared by the rule files (cell expansion, output paths, library sources per stage).
+# Functions and constants only; the rules live in the other files.
+
+import glob
+import os
+import re
+
+from fedbench.config import expand_cells
+
+RESULTS = config["results"]
+CELLS = expand_cells(config)
+
+
+# ---- names --------------------------------------------------------------------------
+
+
+def name_choices(section):
+    """Regex matching exactly the names declared in a config section (for wildcard_constraints)."""
+    return "|".join(re.escape(name) for name in sorted(config[section]))
+
+
+# ---- output paths -------------------------------------------------------------------
+
+
+def partition_files(cell_or_wildcards, ext):
+    """``{results}/partitions/{dataset}/{partition}/seed{seed}.{ext}`` of a cell or a job's wildcards."""
+    w = cell_or_wildcards
+    return f"{RESULTS}/partitions/{w.dataset}/{w.partition}/seed{w.seed}.{ext}"
+
+
+def run_file(cell, name):
+    """A file of one cell's run directory, e.g. ``run_file(cell, "metrics.json")``."""
+    return f"{cell.run_dir(RESULTS)}/{name}"
+
+
+def all_partitions(ext):
+    """Every partition file (``npz``, ``json`` or ``png`` heatmap) that some cell needs."""
+    return sorted({partition_files(cell, ext) for cell in CELLS})
+
+
+def all_runs(name, experiment=None):
+    """``name`` (metrics.json, history.csv, clients.csv) of every cell, or of one experiment's cells."""
+    return [run_file(cell, name) for cell in CELLS if experiment in (None, cell.experiment)]
+
+
+def curve_figures():
+    return [f"{RESULTS}/figures/curves_{experiment}.png" for experiment in sorted(config["experiments"])]
+
+
+# ---- per-job settings (the params rerun trigger compares these) ---------------------
+
+
+def partition_settings(wildcards):
+    """The config entries a partition is built from; editing them re-partitions (and retrains)."""
+    return {
+        "dataset": config["datasets"][wildcards.dataset],
+        "partition": config["partitions"][wildcards.partition],
+    }
+
+
+def cell_settings(wildcards):
+    """The config entries one cell is trained with; editing them retrains only the cells that use them."""
+    experiment = config["experiments"][wildcards.experiment]
+    return {
+        "dataset": config["datasets"][wildcards.dataset],
+        "partition": config["partitions"][wildcards.partition],
+        "model": config["models"][wildcards.model],
+        "algorithm": config["algorithms"][wildcards.algorithm],
+        "protocol": experiment.get("protocol"),
+        "training": experiment.get("training", {}),
+    }
+
+
+# ---- library sources: editing fedbench code makes the affected outputs out of date --
+
+
+def library_sources(*patterns):
+    """fedbench source files matching ``patterns`` (relative to the repository root), sorted."""
+    root = workflow.basedir
+    return sorted({path for pattern in patterns for path in glob.glob(os.path.join(root, pattern), recursive=True)})
+
+
+def partition_sources():
+    """What building a partition runs: datasets, partitioners, registry, config and the pipeline entry point."""
+    return library_sources(
+        "fedbench/__init__.py",
+        "fedbench/data/**/*.py",
+        "fedbench/registry.py",
+        "fedbench/config.py",
+        "fedbench/pipeline.py",
+    )
+
+
+def train_sources():
+    """Training may run any of the library except the tables and figures code."""
+    results = set(results_sources())
+    return [path for path in library_sources("fedbench/**/*.py") if path not in results]
+
+
+def results_sources():
+    """Tables and figures."""
+    return library_sources("fedbench/results/**/*.py")

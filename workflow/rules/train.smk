@@ -1,0 +1,23 @@
+# Stage 2: train and evaluate one cell (experiment x dataset x partition x model x algorithm x seed).
+
+
+rule train_cell:
+    input:
+        partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
+        code=train_sources(),
+    output:
+        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        history=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/history.csv",
+        clients=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/clients.csv",
+    params:
+        settings=cell_settings,
+    log:
+        "logs/train/{experiment}/{dataset}/{partition}/{model}/{algorithm}/seed{seed}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/train.py"

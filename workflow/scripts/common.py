@@ -1,0 +1,43 @@
+"""Shared by the rule scripts: import fedbench from this repository and send all output to the job's log."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+# The scripts run the fedbench of the repository they belong to, also in a conda env without it installed.
+REPOSITORY = Path(__file__).resolve().parents[2]
+if str(REPOSITORY) not in sys.path:
+    sys.path.insert(0, str(REPOSITORY))
+
+
+def log_to(path: str) -> None:
+    """Redirect stdout and stderr (Python objects and file descriptors, so tqdm, warnings and native
+    libraries too) and the root logger (which the ``fedbench`` logger propagates to) into ``path``."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    stream = open(path, "w", buffering=1, encoding="utf-8")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(stream.fileno(), 1)
+    os.dup2(stream.fileno(), 2)
+    sys.stdout = sys.stderr = stream
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=stream,
+        force=True,
+    )
+    logging.captureWarnings(True)
+
+
+def config_orders(config: dict) -> dict[str, list[str]]:
+    """The config's order of names per cell column, for sorting tables and legends."""
+    return {
+        "experiment": list(config["experiments"]),
+        "dataset": list(config["datasets"]),
+        "partition": list(config["partitions"]),
+        "model": list(config["models"]),
+        "algorithm": list(config["algorithms"]),
+    }

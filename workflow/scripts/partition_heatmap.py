@@ -1,0 +1,10 @@
+"""Rule ``partition_heatmap``: client x class heatmap of one partition's training samples."""
+
+from common import log_to
+
+smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
+log_to(smk.log[0])
+
+from fedbench.results.figures import plot_partition_heatmap  # noqa: E402
+
+plot_partition_heatmap(smk.input.json, smk.output.png, split="train")

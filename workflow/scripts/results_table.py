@@ -1,0 +1,11 @@
+"""Rule ``results_table``: mean ± std over seeds of every cell, as CSV and Markdown."""
+
+from common import config_orders, log_to
+
+smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
+log_to(smk.log[0])
+
+from fedbench.results.tables import write_tables  # noqa: E402
+
+summary = write_tables(smk.input.metrics, smk.output.csv, smk.output.md, orders=config_orders(smk.config))
+print(f"{len(summary)} rows from {len(smk.input.metrics)} runs")

@@ -1,0 +1,24 @@
+"""Rule ``train``: train and evaluate one cell; writes metrics.json, history.csv and clients.csv."""
+
+import os
+
+from common import log_to
+
+smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
+log_to(smk.log[0])
+
+import torch  # noqa: E402
+
+from fedbench.config import Cell  # noqa: E402
+from fedbench.pipeline import run_cell  # noqa: E402
+
+torch.set_num_threads(smk.threads)
+w = smk.wildcards
+cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))
+run_cell(
+    smk.config,
+    cell,
+    smk.input.partition,
+    os.path.dirname(smk.output.metrics),
+    device=smk.config["device"],
+)

@@ -12,8 +12,8 @@ import itertools
 from dataclasses import asdict, dataclass
 
 from fedbench.algorithms import ALGORITHMS
-from fedbench.data.partitioners import PARTITIONERS
-from fedbench.data.sources import DATASETS
+from fedbench.data import DATASETS, PARTITIONERS
+from fedbench.data.partition import COMMON_KEYS
 from fedbench.models import MODELS
 from fedbench.protocols import PROTOCOLS
 from fedbench.registry import UnknownNameError
@@ -21,7 +21,7 @@ from fedbench.registry import UnknownNameError
 # config section -> (key naming the builder, registry, keys handled outside the builder)
 SECTIONS = {
     "datasets": ("source", DATASETS, ()),
-    "partitions": ("kind", PARTITIONERS, ("test_fraction",)),
+    "partitions": ("kind", PARTITIONERS, COMMON_KEYS),
     "models": ("arch", MODELS, ()),
     "algorithms": ("method", ALGORITHMS, ()),
 }

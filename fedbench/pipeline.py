@@ -16,8 +16,8 @@ import fedbench
 from fedbench.algorithms import ALGORITHMS, Federation
 from fedbench.config import Cell, resolve_cell
 from fedbench.data.partition_file import atomic_write, load_partition, save_partition
-from fedbench.data.partitioners import partition_dataset
-from fedbench.data.sources import load_dataset
+from fedbench.data import partition_dataset
+from fedbench.data import load_dataset
 from fedbench.engine.device import peak_memory_mb, resolve_device
 from fedbench.engine.evaluate import evaluate_clients, evaluate_pooled
 from fedbench.engine.federated_data import FederatedData
@@ -35,7 +35,7 @@ TRAINERS = {"vectorised": VectorisedTrainer, "reference": ReferenceTrainer}
 
 def build_partition(config: dict, dataset: str, partition: str, seed: int, npz_path, json_path) -> None:
     """Partition ``dataset`` with the config's ``partition`` entry and generator seed ``seed``."""
-    data = load_dataset(config["datasets"][dataset])
+    data = load_dataset(config["datasets"][dataset], config.get("data_root", "data"))
     spec = config["partitions"][partition]
     parts = partition_dataset(data, spec, seed)
     meta = {"dataset": dataset, "partition": partition, "seed": seed, "spec": spec}
@@ -61,7 +61,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
 
-    dataset = load_dataset(spec["dataset"])
+    dataset = load_dataset(spec["dataset"], config.get("data_root", "data"))
     data = FederatedData.build(dataset, load_partition(partition_npz), dev)
     torch.manual_seed(cell.seed)
     model = build_model(spec["model"], data.input_shape, data.num_classes).to(dev)

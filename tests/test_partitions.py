@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fedbench.data.partitioners import partition_dataset
+from fedbench.data import partition_dataset
 from fedbench.data.partition_file import load_partition, save_partition
 from fedbench.data.sources import ArrayDataset, generate_synthetic, load_digits_dataset
 

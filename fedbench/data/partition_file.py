@@ -1,14 +1,21 @@
-"""The on-disk form of a partition: ``.npz`` with ragged index arrays + ``.json`` summary."""
+"""The on-disk form of a partition: ``.npz`` with ragged index arrays + ``.json`` summary.
+
+The ``.npz`` holds, per part (train, test and val if present), the concatenated client
+index arrays and their offsets, plus the ground-truth groups per level.  The ``.json``
+holds what a person (or the report) wants to read: sizes, class histograms, groups,
+parameters, and a SHA-256 content hash of the indices and groups.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
 import numpy as np
 
-from fedbench.data.partitioners import Partition
+from fedbench.data.partition import Partition
 
 
 def _ragged(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -39,33 +46,40 @@ def atomic_write(path: str | os.PathLike, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def content_hash(partition: Partition) -> str:
+    """SHA-256 over every part's indices and the groups: equal hashes, identical partitions."""
+    digest = hashlib.sha256()
+    for name, part in sorted(partition.parts().items()):
+        for indices in part:
+            digest.update(f"{name}:{len(indices)}:".encode())
+            digest.update(np.ascontiguousarray(indices, dtype=np.int64).tobytes())
+    digest.update(json.dumps(partition.groups, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
 def save_partition(partition: Partition, labels: np.ndarray, num_classes: int, npz_path, json_path, meta: dict) -> None:
-    """Write indices (``npz_path``) and a human-readable summary with per-class counts (``json_path``)."""
-    train_flat, train_offsets = _ragged(partition.train)
-    test_flat, test_offsets = _ragged(partition.test)
-    atomic_write(
-        npz_path,
-        lambda p: np.savez_compressed(
-            p, train_index=train_flat, train_offsets=train_offsets, test_index=test_flat, test_offsets=test_offsets
-        ),
-    )
-    train_counts = class_counts(partition.train, labels, num_classes)
-    test_counts = class_counts(partition.test, labels, num_classes)
-    summary = {
-        **meta,
-        "num_clients": partition.num_clients,
-        "num_classes": num_classes,
-        "train_samples": int(train_counts.sum()),
-        "test_samples": int(test_counts.sum()),
-        "train_class_counts": train_counts.tolist(),
-        "test_class_counts": test_counts.tolist(),
-    }
+    """Write indices and groups (``npz_path``) and a human-readable summary (``json_path``)."""
+    arrays = {}
+    for name, part in partition.parts().items():
+        arrays[f"{name}_index"], arrays[f"{name}_offsets"] = _ragged(part)
+    for level, ids in partition.groups.items():
+        arrays[f"group_{level}"] = np.asarray(ids, dtype=np.int64)
+    arrays["shared"] = np.array(partition.shared, dtype=str)
+    atomic_write(npz_path, lambda p: np.savez_compressed(p, **arrays))
+    summary = {**meta, "num_clients": partition.num_clients, "num_classes": num_classes}
+    for name, part in partition.parts().items():
+        counts = class_counts(part, labels, num_classes)
+        summary[f"{name}_samples"] = int(counts.sum())
+        summary[f"{name}_class_counts"] = counts.tolist()
+    summary["groups"] = {level: [int(g) for g in ids] for level, ids in partition.groups.items()}
+    summary["shared_parts"] = list(partition.shared)
+    summary["content_hash"] = content_hash(partition)
     atomic_write(json_path, lambda p: Path(p).write_text(json.dumps(summary, indent=1)))
 
 
 def load_partition(npz_path) -> Partition:
     with np.load(npz_path) as f:
-        return Partition(
-            train=_unragged(f["train_index"], f["train_offsets"]),
-            test=_unragged(f["test_index"], f["test_offsets"]),
-        )
+        parts = {name: _unragged(f[f"{name}_index"], f[f"{name}_offsets"]) for name in ("train", "test", "val") if f"{name}_index" in f}
+        groups = {key[len("group_"):]: f[key].tolist() for key in f.files if key.startswith("group_")}
+        shared = tuple(f["shared"].tolist()) if "shared" in f else ()
+    return Partition(train=parts["train"], test=parts["test"], val=parts.get("val"), groups=groups, shared=shared)

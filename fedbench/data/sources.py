@@ -1,13 +1,17 @@
 """Dataset sources: one small function each, registered by name.
 
-Each returns an :class:`ArrayDataset` (all samples in memory as arrays).  Sources
-with a natural notion of users (Synthetic) also return the generating user of
-every sample, which the ``natural`` partitioner uses.
+A source is called as ``DATASETS[name](root, **params)`` with the data root directory
+(``data_root`` in the config; offline sources ignore it) and returns an
+:class:`ArrayDataset`: all samples in memory, the official train and test sets pooled
+with ``test_mask`` marking the test samples.  Sources with a natural notion of users
+(Synthetic, LEAF writers) also return the user of every sample, which the ``natural``
+partitioner uses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -16,27 +20,40 @@ from fedbench.registry import Registry
 
 @dataclass(frozen=True)
 class ArrayDataset:
-    """Samples ``x`` (float32, ``[N, *shape]``), labels ``y`` (int64, ``[N]``) and optional generating users."""
+    """Samples ``x`` (float32, ``[N, *shape]``), labels ``y`` (int64, ``[N]``), and optionally the
+    user of every sample (``users``) and which samples form the official test set (``test_mask``;
+    ``None``: the dataset has no official split)."""
 
     x: np.ndarray
     y: np.ndarray
     num_classes: int
     users: np.ndarray | None = None
+    test_mask: np.ndarray | None = None
 
     def __post_init__(self):
         if len(self.x) != len(self.y):
             raise ValueError(f"x has {len(self.x)} samples but y has {len(self.y)}")
+        if self.test_mask is not None and len(self.test_mask) != len(self.y):
+            raise ValueError(f"test_mask has {len(self.test_mask)} entries for {len(self.y)} samples")
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x.shape[1:])
+
+    def train_indices(self) -> np.ndarray:
+        """Indices of the official training samples (all samples when there is no official split)."""
+        return np.arange(len(self.y)) if self.test_mask is None else np.flatnonzero(~self.test_mask)
+
+    def test_indices(self) -> np.ndarray:
+        """Indices of the official test samples (none when there is no official split)."""
+        return np.zeros(0, np.int64) if self.test_mask is None else np.flatnonzero(self.test_mask)
 
 
 DATASETS: Registry = Registry("dataset source")
 
 
 @DATASETS.register("digits")
-def load_digits_dataset() -> ArrayDataset:
+def load_digits_dataset(root=None) -> ArrayDataset:
     """scikit-learn's handwritten digits: 1,797 8x8 grey images, 10 classes, pixels scaled to [0, 1]."""
     from sklearn.datasets import load_digits
 
@@ -47,6 +64,7 @@ def load_digits_dataset() -> ArrayDataset:
 
 @DATASETS.register("synthetic")
 def generate_synthetic(
+    root=None,
     *,
     alpha: float = 0.5,
     beta: float = 0.5,
@@ -90,7 +108,7 @@ def generate_synthetic(
     )
 
 
-def load_dataset(spec: dict) -> ArrayDataset:
-    """Build the dataset that a config entry ``{source: NAME, **params}`` describes."""
+def load_dataset(spec: dict, root: str | Path = "data") -> ArrayDataset:
+    """Build the dataset that a config entry ``{source: NAME, **params}`` describes, reading files under ``root``."""
     params = {k: v for k, v in spec.items() if k != "source"}
-    return DATASETS[spec["source"]](**params)
+    return DATASETS[spec["source"]](Path(root), **params)

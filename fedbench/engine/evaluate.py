@@ -91,7 +91,7 @@ def evaluate_clients(
 def evaluate_pooled(model: nn.Module, single: Weights, data: FederatedData, index: ClientIndex, block: int = 4096) -> Scores:
     """One model on the union of every client's rows of ``index`` (the global test set)."""
     model = model.eval()
-    rows = index.index[index.mask()]
+    rows = torch.unique(index.index[index.mask()])  # clients may share test samples (global or cluster test sets)
     preds, loss_sum = [], 0.0
     for start in range(0, len(rows), block):
         r = rows[start : start + block]

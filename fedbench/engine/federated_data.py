@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedbench.data.partitioners import Partition
+from fedbench.data.partition import Partition
 from fedbench.data.sources import ArrayDataset
 
 

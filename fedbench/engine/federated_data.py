@@ -38,6 +38,7 @@ class FederatedData:
     train: ClientIndex
     test: ClientIndex
     num_classes: int
+    val: ClientIndex | None = None  # per-client validation rows, where the partition has them
 
     @property
     def num_clients(self) -> int:
@@ -55,4 +56,5 @@ class FederatedData:
             train=ClientIndex.from_lists(partition.train, device),
             test=ClientIndex.from_lists(partition.test, device),
             num_classes=dataset.num_classes,
+            val=None if partition.val is None else ClientIndex.from_lists(partition.val, device),
         )

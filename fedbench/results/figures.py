@@ -89,17 +89,31 @@ def plot_accuracy_curves(
 
 
 def plot_partition_heatmap(summary_json: str | Path, path: str | Path, split: str = "train") -> None:
-    """Client x class heatmap of the sample counts of one partition's ``split`` (train or test)."""
+    """Client x class heatmap of the sample counts of one partition's ``split`` (train or test).
+
+    With ground-truth groups (clusters, levels, teams), clients are ordered by their groups
+    (the first level listed outermost) and white lines mark where a group of the
+    innermost level ends, so the planted structure is visible at a glance.
+    """
     summary = json.loads(Path(summary_json).read_text())
     counts = np.asarray(summary[f"{split}_class_counts"], dtype=int)
     clients, classes = counts.shape
+    groups = summary.get("groups", {})
+    order = np.lexsort([np.asarray(ids) for ids in reversed(list(groups.values()))]) if groups else np.arange(clients)
+    counts = counts[order]
+    big = clients * classes > 400
     fig = Figure(figsize=(min(1.2 + 0.45 * classes, 14), min(1.4 + 0.32 * clients, 30)), layout="constrained")
     ax = fig.subplots()
     sns.heatmap(
-        counts, ax=ax, cmap="viridis", annot=clients * classes <= 400, fmt="d", annot_kws={"fontsize": 7},
-        cbar_kws={"label": f"{split} samples"}, linewidths=0.3,
+        counts, ax=ax, cmap="viridis", annot=not big, fmt="d", annot_kws={"fontsize": 7},
+        cbar_kws={"label": f"{split} samples"}, linewidths=0 if big else 0.3,
+        xticklabels=max(1, classes // 25), yticklabels=[str(c) for c in order] if clients <= 60 else max(1, clients // 30),
     )
-    ax.set(xlabel="class", ylabel="client")
+    if groups:
+        innermost = np.asarray(list(groups.values())[-1])[order]
+        for boundary in np.flatnonzero(np.diff(innermost)) + 1:
+            ax.axhline(boundary, color="white", linewidth=1.5)
+    ax.set(xlabel="class", ylabel="client" + (f" (ordered by {', '.join(groups)})" if groups else ""))
     ax.set_title(
         f"{summary['dataset']} / {summary['partition']} / seed {summary['seed']}: "
         f"{clients} clients, {int(counts.sum())} {split} samples"

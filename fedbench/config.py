@@ -25,7 +25,7 @@ SECTIONS = {
     "models": ("arch", MODELS, ()),
     "algorithms": ("method", ALGORITHMS, ()),
 }
-GRID_AXES = {"datasets": "datasets", "partitions": "partitions", "models": "models", "algorithms": "algorithms"}
+GRID_AXES = ("datasets", "partitions", "models", "algorithms")
 
 
 class ConfigError(ValueError):
@@ -73,20 +73,36 @@ def check_config(config: dict) -> None:
                 registry.check_params(entry[key], params, where)
             except ValueError as error:
                 raise ConfigError(str(error)) from None
+    for i, block in enumerate(config.get("partition_grid", [])):
+        _check_declared(config, block, f"partition_grid[{i}]", ("datasets", "partitions"))
     for experiment, spec in config.get("experiments", {}).items():
         try:
             PROTOCOLS[spec.get("protocol", "mean_client_last")]
         except UnknownNameError as error:
             raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
         for i, block in enumerate(spec.get("grid", [])):
-            for axis, section in GRID_AXES.items():
-                declared = config.get(section, {})
-                for name in block.get(axis, []):
-                    if name not in declared:
-                        raise ConfigError(
-                            f"experiments.{experiment}.grid[{i}].{axis}: {name!r} is not declared under "
-                            f"'{section}'; declared: {', '.join(sorted(declared)) or '(none)'}"
-                        )
+            _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
+
+
+def _check_declared(config: dict, block: dict, where: str, sections) -> None:
+    """Every name a grid block lists is declared in its config section."""
+    for section in sections:
+        declared = config.get(section, {})
+        for name in block.get(section, []):
+            if name not in declared:
+                raise ConfigError(
+                    f"{where}.{section}: {name!r} is not declared under '{section}'; "
+                    f"declared: {', '.join(sorted(declared)) or '(none)'}"
+                )
+
+
+def expand_partitions(config: dict) -> list[tuple[str, str, int]]:
+    """``(dataset, partition, seed)`` of every partition to build: those the cells need plus the
+    ``partition_grid`` blocks times every seed."""
+    wanted = {(c.dataset, c.partition, c.seed) for c in expand_cells(config)}
+    for block in config.get("partition_grid", []):
+        wanted.update(itertools.product(block["datasets"], block["partitions"], map(int, config["seeds"])))
+    return sorted(wanted)
 
 
 def expand_cells(config: dict) -> list[Cell]:

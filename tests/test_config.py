@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbench.config import Cell, ConfigError, check_config, expand_cells
+from fedbench.config import Cell, ConfigError, check_config, expand_cells, expand_partitions
 
 with open(Path(__file__).parents[1] / "config" / "config.yaml") as f:
     DEFAULT = yaml.safe_load(f)
@@ -27,8 +27,8 @@ def test_default_config_passes():
 
 @pytest.mark.parametrize("path, value, expected", [
     (["algorithms", "fedavg", "method"], "fedsgd", r"unknown algorithm 'fedsgd'; valid choices: .*fedavg"),
-    (["datasets", "digits", "source"], "mnistt", r"unknown dataset source 'mnistt'; valid choices: digits"),
-    (["partitions", "iid", "kind"], "shards", r"unknown partition kind 'shards'; valid choices: dirichlet"),
+    (["datasets", "digits", "source"], "mnistt", r"unknown dataset source 'mnistt'; valid choices: .*digits"),
+    (["partitions", "iid", "kind"], "stripes", r"unknown partition kind 'stripes'; valid choices: .*dirichlet"),
     (["models", "mlp", "arch"], "resnet", r"unknown model architecture 'resnet'"),
     (["experiments", "default", "protocol"], "best", r"unknown evaluation protocol 'best'"),
     (["algorithms", "fedprox", "lambda"], 0.1, r"algorithm 'fedprox' has no parameter 'lambda'; valid parameters: mu"),
@@ -57,3 +57,16 @@ def test_cells_expand_the_grid_times_seeds():
     assert cell in cells
     assert cell.run_dir("results") == "results/runs/default/digits/dir0.3/mlp/fedavg/seed2"
     assert cell.partition_stem("results") == "results/partitions/digits/dir0.3/seed2"
+
+
+def test_partition_grid_adds_partitions_without_cells():
+    config = copy.deepcopy(DEFAULT)
+    config["partitions"]["iid5"] = {"kind": "iid", "num_clients": 5}
+    config["partition_grid"] = [{"datasets": ["digits"], "partitions": ["iid5"]}]
+    check_config(config)
+    wanted = expand_partitions(config)
+    assert {("digits", "iid5", s) for s in config["seeds"]} <= set(wanted)
+    assert ("digits", "dir0.3", 0) in wanted  # still every partition the cells need
+    config["partition_grid"][0]["partitions"] = ["iid9"]
+    with pytest.raises(ConfigError, match=r"partition_grid\[0\].partitions: 'iid9' is not declared"):
+        check_config(config)

@@ -5,7 +5,7 @@ import glob
 import os
 import re
 
-from fedbench.config import expand_cells
+from fedbench.config import expand_cells, expand_partitions
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)
@@ -22,20 +22,14 @@ def name_choices(section):
 # ---- output paths -------------------------------------------------------------------
 
 
-def partition_files(cell_or_wildcards, ext):
-    """``{results}/partitions/{dataset}/{partition}/seed{seed}.{ext}`` of a cell or a job's wildcards."""
-    w = cell_or_wildcards
-    return f"{RESULTS}/partitions/{w.dataset}/{w.partition}/seed{w.seed}.{ext}"
-
-
 def run_file(cell, name):
     """A file of one cell's run directory, e.g. ``run_file(cell, "metrics.json")``."""
     return f"{cell.run_dir(RESULTS)}/{name}"
 
 
 def all_partitions(ext):
-    """Every partition file (``npz``, ``json`` or ``png`` heatmap) that some cell needs."""
-    return sorted({partition_files(cell, ext) for cell in CELLS})
+    """Every partition file (``npz``, ``json`` or ``png`` heatmap): those the cells need and the ``partition_grid``'s."""
+    return [f"{RESULTS}/partitions/{d}/{p}/seed{s}.{ext}" for d, p, s in expand_partitions(config)]
 
 
 def all_runs(name, experiment=None):

@@ -75,3 +75,20 @@ def partition_natural(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Ge
     train = [np.flatnonzero((dataset.users == u) & ~dataset.test_mask) for u in users]
     test = [np.flatnonzero((dataset.users == u) & dataset.test_mask) for u in users]
     return Partition(train=train, test=test)
+
+
+@PARTITIONERS.register("shards")
+def partition_shards(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, num_clients: int,
+                     shards_per_client: int = 2) -> ClientSamples:
+    """Pathological label shards (McMahan et al. 2017, §3: sort the data by label, cut it into
+    200 shards of 300 and give each of 100 clients 2 at random).  The pool is sorted by label
+    (stable: dataset order within a label), cut into ``num_clients × shards_per_client``
+    near-equal shards (every sample used once), and the shards are dealt at random,
+    ``shards_per_client`` to each client."""
+    num_shards = num_clients * shards_per_client
+    if not 1 <= num_shards <= len(pool):
+        raise ValueError(f"shards: {num_clients} x {shards_per_client} shards do not fit {len(pool)} samples")
+    ordered = pool[np.argsort(dataset.y[pool], kind="stable")]
+    shards = np.array_split(ordered, num_shards)
+    dealt = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
+    return ClientSamples([np.sort(np.concatenate([shards[s] for s in row])) for row in dealt])

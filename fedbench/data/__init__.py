@@ -2,7 +2,8 @@
 their on-disk form (``partition_file``).  Importing this package registers every source
 and partitioner."""
 
-from fedbench.data import partitioners  # noqa: F401  (registers iid, dirichlet, natural)
+from fedbench.data import leaf, vision  # noqa: F401  (register the image and LEAF sources)
+from fedbench.data import partitioners, partitions_femam, partitions_flt, partitions_pfedmt  # noqa: F401  (register partitioners)
 from fedbench.data.partition import PARTITIONERS, ClientSamples, Partition, partition_dataset
 from fedbench.data.sources import DATASETS, ArrayDataset, load_dataset
 

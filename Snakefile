@@ -57,8 +57,7 @@ rule train:
 
 rule tables:
     input:
-        table=f"{RESULTS}/tables/results.csv",
-        markdown=f"{RESULTS}/tables/results.md",
+        tables=table_files(),
         curves=curve_figures(),
 
 

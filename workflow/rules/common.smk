@@ -16,7 +16,8 @@ CELLS = expand_cells(config)
 
 def name_choices(section):
     """Regex matching exactly the names declared in a config section (for wildcard_constraints)."""
-    return "|".join(re.escape(name) for name in sorted(config[section]))
+    names = sorted(config.get(section, {}))
+    return "|".join(re.escape(name) for name in names) or "(?!)"  # (?!) matches nothing
 
 
 # ---- output paths -------------------------------------------------------------------
@@ -38,7 +39,13 @@ def all_runs(name, experiment=None):
 
 
 def curve_figures():
-    return [f"{RESULTS}/figures/curves_{experiment}.png" for experiment in sorted(config["experiments"])]
+    """One accuracy-curve figure per experiment that has cells."""
+    return [f"{RESULTS}/figures/curves_{experiment}.png" for experiment in sorted({cell.experiment for cell in CELLS})]
+
+
+def table_files():
+    """The results table (CSV and Markdown), when there are cells to tabulate."""
+    return [f"{RESULTS}/tables/results.{ext}" for ext in ("csv", "md")] if CELLS else []
 
 
 # ---- per-job settings (the params rerun trigger compares these) ---------------------

@@ -64,6 +64,7 @@ def test_flt_scenario1_built_from_idx_files_by_the_workflow(tmp_path):
     train_counts = np.array(summary["train_class_counts"])
     test_counts = np.array(summary["test_class_counts"])
     assert train_counts.sum() == 200  # 'even' sampling uses every training image once
+    assert summary["train_client_sizes"] == [20] * 10
     for c in range(5):
         members = np.flatnonzero(clusters == c)
         labels_of_cluster = np.flatnonzero(train_counts[members].sum(0))

@@ -70,6 +70,7 @@ def save_partition(partition: Partition, labels: np.ndarray, num_classes: int, n
     for name, part in partition.parts().items():
         counts = class_counts(part, labels, num_classes)
         summary[f"{name}_samples"] = int(counts.sum())
+        summary[f"{name}_client_sizes"] = counts.sum(1).tolist()
         summary[f"{name}_class_counts"] = counts.tolist()
     summary["groups"] = {level: [int(g) for g in ids] for level, ids in partition.groups.items()}
     summary["shared_parts"] = list(partition.shared)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from tqdm.auto import tqdm
 
 import fedbench
@@ -43,6 +44,31 @@ def build_partition(config: dict, dataset: str, partition: str, seed: int, npz_p
     log.info("partition %s/%s seed %d: %d clients", dataset, partition, seed, parts.num_clients)
 
 
+def _cluster_scores(recovered, truth) -> dict[str, float]:
+    """Adjusted Rand index and NMI of the recovered client clusters against the ground truth."""
+    if recovered is None or truth is None:
+        return {}
+    return {
+        "ari": float(adjusted_rand_score(truth, recovered)),
+        "nmi": float(normalized_mutual_info_score(truth, recovered)),
+    }
+
+
+def save_artifacts(artifacts: dict, out_dir: Path) -> list[str]:
+    """Write an algorithm's artifacts: arrays as ``.npy``, DataFrames as ``.csv``, dicts as ``.json``."""
+    written = []
+    for name, value in artifacts.items():
+        if isinstance(value, pd.DataFrame):
+            path, write = out_dir / f"{name}.csv", (lambda p, v=value: v.to_csv(p, index=False))
+        elif isinstance(value, dict):
+            path, write = out_dir / f"{name}.json", (lambda p, v=value: Path(p).write_text(json.dumps(v, indent=1)))
+        else:
+            path, write = out_dir / f"{name}.npy", (lambda p, v=value: np.save(p, np.asarray(v)))
+        atomic_write(path, write)
+        written.append(path.name)
+    return written
+
+
 def _history_row(round_: int, train_loss: float, personal, pooled) -> dict:
     row = {"round": round_, "train_loss": train_loss, **personal.summary()}
     if pooled is None:
@@ -62,7 +88,9 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         torch.cuda.reset_peak_memory_stats(dev)
 
     dataset = load_dataset(spec["dataset"], config.get("data_root", "data"))
-    data = FederatedData.build(dataset, load_partition(partition_npz), dev)
+    partition = load_partition(partition_npz)
+    truth = partition.groups.get("cluster")
+    data = FederatedData.build(dataset, partition, dev)
     torch.manual_seed(cell.seed)
     model = build_model(spec["model"], data.input_shape, data.num_classes).to(dev)
     local = LocalSGD(
@@ -80,6 +108,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         participation=training["participation"],
         generator=torch.Generator().manual_seed(cell.seed),
         seed=cell.seed,
+        encoders=Path(config.get("results", "results")) / "encoders",
     )
     algorithm_spec = spec["algorithm"]
     algorithm = ALGORITHMS[algorithm_spec["method"]](**{k: v for k, v in algorithm_spec.items() if k != "method"})
@@ -99,6 +128,8 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         global_weights = algorithm.global_model(fed, state)
         pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test)
         row = _history_row(t, float(np.mean(losses)), personal, pooled)
+        clusters = getattr(algorithm, "clusters", None)
+        row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
         losses.clear()
         history.append(row)
         per_client[t] = personal
@@ -140,6 +171,11 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         "peak_memory": peak_memory_mb(dev),
     }
     out = Path(out_dir)
+    if "ari" in history_df:
+        metrics["clustering"] = {k: float(history_df[k].iloc[-1]) for k in ("ari", "nmi")}
+    artifacts = getattr(algorithm, "artifacts", None)
+    if artifacts:
+        metrics["artifacts"] = save_artifacts(artifacts(fed, state), out)
     atomic_write(out / "history.csv", lambda p: history_df.to_csv(p, index=False))
     atomic_write(out / "clients.csv", lambda p: clients_df.to_csv(p, index=False))
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))

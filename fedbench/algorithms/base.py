@@ -4,6 +4,7 @@ server-side steps they share: client sampling, one round of local SGD, weighted 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -33,6 +34,7 @@ class Federation:
     participation: float
     generator: torch.Generator
     seed: int
+    encoders: Path = Path("results/encoders")  # where pretrained encoders (``{name}.pt``) are read from
 
     @property
     def num_clients(self) -> int:
@@ -76,7 +78,14 @@ class Federation:
 class Algorithm(Protocol):
     """Plain-state algorithm: ``init`` -> state; ``round`` -> (state, per-client train loss);
     ``client_models`` -> the stacked model each client is scored with; ``global_model`` -> the
-    server model or None."""
+    server model or None.
+
+    Clustering algorithms may also provide ``clusters(fed, state) -> np.ndarray | None`` (the
+    recovered cluster of every client, scored against the partition's ground truth with ARI
+    and NMI at every evaluated round) and ``artifacts(fed, state) -> dict`` (name -> numpy array
+    saved as ``{name}.npy``, pandas DataFrame saved as ``{name}.csv``, or JSON-able dict saved
+    as ``{name}.json`` in the run directory, e.g. the FLT adjacency matrix).
+    """
 
     def init(self, fed: Federation, initial: Weights) -> dict: ...
 

@@ -75,7 +75,7 @@ class VectorisedTrainer:
         if self.fused:
             self._step = partial(mlp_step, layers, data.x, data.y)
         else:
-            step = partial(vmap_step, vmap(grad_and_value(_masked_loss_fn(self.model))), data.x, data.y)
+            step = partial(vmap_step, vmap(grad_and_value(_masked_loss_fn(self.model)), randomness="different"), data.x, data.y)
             self._step = EagerFallback(step) if compile else step
 
     def train(

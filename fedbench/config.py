@@ -14,13 +14,14 @@ from dataclasses import asdict, dataclass
 from fedbench.algorithms import ALGORITHMS
 from fedbench.data import DATASETS, PARTITIONERS
 from fedbench.data.partition import COMMON_KEYS
+from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
 from fedbench.models import MODELS
 from fedbench.protocols import PROTOCOLS
 from fedbench.registry import UnknownNameError
 
 # config section -> (key naming the builder, registry, keys handled outside the builder)
 SECTIONS = {
-    "datasets": ("source", DATASETS, ()),
+    "datasets": ("source", DATASETS, DATASET_KEYS),
     "partitions": ("kind", PARTITIONERS, COMMON_KEYS),
     "models": ("arch", MODELS, ()),
     "algorithms": ("method", ALGORITHMS, ()),

@@ -93,3 +93,14 @@ def test_partition_file_roundtrip(tmp_path, digits):
     back = load_partition(tmp_path / "p.npz")
     assert all(np.array_equal(a, b) for a, b in zip(part.train + part.test, back.train + back.test))
     assert not list(tmp_path.glob(".*tmp*"))  # atomic writes leave no temporary files
+
+
+def test_dataset_entries_can_keep_a_subset_of_classes(digits):
+    from fedbench.data import load_dataset
+
+    subset = load_dataset({"source": "digits", "classes": [7, 2]})
+    assert subset.num_classes == 2
+    assert len(subset.y) == (digits.y == 7).sum() + (digits.y == 2).sum()
+    assert np.array_equal(subset.x[subset.y == 0], digits.x[digits.y == 7])  # relabelled in the order given
+    with pytest.raises(ValueError, match="distinct ids"):
+        load_dataset({"source": "digits", "classes": [3, 3]})

@@ -108,7 +108,29 @@ def generate_synthetic(
     )
 
 
+#: keys of a dataset entry that load_dataset handles for every source
+COMMON_KEYS = ("source", "classes")
+
+
+def select_classes(dataset: ArrayDataset, classes: list[int]) -> ArrayDataset:
+    """Only the samples of ``classes``, relabelled 0..len(classes)-1 in the order given
+    (e.g. FLT's encoder sets, or client classes disjoint from an encoder's)."""
+    classes = list(classes)
+    if len(set(classes)) != len(classes) or not all(0 <= c < dataset.num_classes for c in classes):
+        raise ValueError(f"classes must be distinct ids in 0..{dataset.num_classes - 1}, got {classes}")
+    keep = np.isin(dataset.y, classes)
+    relabel = np.full(dataset.num_classes, -1, dtype=np.int64)
+    relabel[classes] = np.arange(len(classes))
+    return ArrayDataset(
+        x=dataset.x[keep], y=relabel[dataset.y[keep]], num_classes=len(classes),
+        users=None if dataset.users is None else dataset.users[keep],
+        test_mask=None if dataset.test_mask is None else dataset.test_mask[keep],
+    )
+
+
 def load_dataset(spec: dict, root: str | Path = "data") -> ArrayDataset:
-    """Build the dataset that a config entry ``{source: NAME, **params}`` describes, reading files under ``root``."""
-    params = {k: v for k, v in spec.items() if k != "source"}
-    return DATASETS[spec["source"]](Path(root), **params)
+    """Build the dataset that a config entry ``{source: NAME, classes: [...], **params}`` describes,
+    reading files under ``root``; ``classes`` keeps (and relabels) a subset of the classes."""
+    params = {k: v for k, v in spec.items() if k not in COMMON_KEYS}
+    dataset = DATASETS[spec["source"]](Path(root), **params)
+    return dataset if spec.get("classes") is None else select_classes(dataset, spec["classes"])

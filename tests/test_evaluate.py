@@ -75,3 +75,10 @@ def test_protocols_pick_their_round():
     assert PROTOCOLS["pooled_max"].final(history)["round"] == 2
     assert PROTOCOLS["global_last"].final(history)["accuracy"] == 0.25
     assert PROTOCOLS["global_last"].final(history)["variance"] is None
+
+
+def test_evaluation_restores_training_mode(data):
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).train()
+    evaluate_clients(model, broadcast(model_weights(model), 2), data, data.test, torch.arange(2))
+    evaluate_pooled(model, model_weights(model), data, data.test)
+    assert model.training and model[1].training

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +51,29 @@ def _macro_f1(labels: np.ndarray, predictions: np.ndarray) -> float:
     return float(f1_score(labels, predictions, average="macro", zero_division=0))
 
 
-@torch.no_grad()
+@contextmanager
+def eval_mode(model: nn.Module):
+    """``model.eval()`` inside the block, the previous mode restored after (dropout, BatchNorm)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def _in_eval_mode(evaluate):
+    """Run ``evaluate(model, ...)`` without gradients and with ``model`` in eval mode."""
+
+    @functools.wraps(evaluate)
+    def wrapped(model: nn.Module, *args, **kwargs):
+        with torch.no_grad(), eval_mode(model):
+            return evaluate(model, *args, **kwargs)
+
+    return wrapped
+
+
+@_in_eval_mode
 def evaluate_clients(
     model: nn.Module,
     stacked: Weights,
@@ -60,7 +84,6 @@ def evaluate_clients(
     block: int = 2048,
 ) -> Scores:
     """Client ``clients[c]``'s model (row c of ``stacked``) on that client's rows of ``index``."""
-    model = model.eval()
     forward = vmap(lambda w, x: functional_call(model, w, (x,)))
     n = len(clients)
     size = chunk_size or n
@@ -87,10 +110,9 @@ def evaluate_clients(
     return Scores(*(np.concatenate(a) for a in (samples, correct, loss_sum, f1)))
 
 
-@torch.no_grad()
+@_in_eval_mode
 def evaluate_pooled(model: nn.Module, single: Weights, data: FederatedData, index: ClientIndex, block: int = 4096) -> Scores:
     """One model on the union of every client's rows of ``index`` (the global test set)."""
-    model = model.eval()
     rows = torch.unique(index.index[index.mask()])  # clients may share test samples (global or cluster test sets)
     preds, loss_sum = [], 0.0
     for start in range(0, len(rows), block):

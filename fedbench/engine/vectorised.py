@@ -92,6 +92,7 @@ class VectorisedTrainer:
         Returns the trained stacked weights and each client's mean training loss.
         """
         device = self.data.x.device
+        self.model.train()  # dropout and BatchNorm in training mode (evaluation may have switched it)
         n = len(clients)
         size = self.chunk_size or self._default_chunk(start, n)
         # most steps first, so that at every step the clients still training form a prefix

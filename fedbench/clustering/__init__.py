@@ -1,0 +1,25 @@
+"""Client clustering: FLT's client relatedness FCR (Algorithm 2) and the PCA+kM+HC baseline."""
+
+from fedbench.clustering.fcr import (
+    FCRResult,
+    client_centres,
+    client_distances,
+    embed_centres,
+    fcr,
+    hierarchical_clusters,
+    pca_signatures,
+    relatedness,
+    threshold_adjacency,
+)
+
+__all__ = [
+    "FCRResult",
+    "client_centres",
+    "client_distances",
+    "embed_centres",
+    "fcr",
+    "hierarchical_clusters",
+    "pca_signatures",
+    "relatedness",
+    "threshold_adjacency",
+]

@@ -1,0 +1,132 @@
+"""FCR (FLT Algorithm 2): planted-cluster recovery, distances vs brute force, thresholding, HC,
+PCA+kM+HC signatures and the figures.
+
+Only the module-scoped ``planted_fcr`` fixture runs UMAP (its first call compiles numba,
+~10-40 s); everything else works on hand-made arrays.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from fedbench.clustering import (
+    client_centres,
+    client_distances,
+    fcr,
+    hierarchical_clusters,
+    pca_signatures,
+    relatedness,
+    threshold_adjacency,
+)
+
+
+def planted(m=20, clusters=4, k=3, n=30, dim=16, seed=0, scale=10.0):
+    """Client c's samples come from the k Gaussian modes of cluster c % clusters."""
+    rng = np.random.default_rng(seed)
+    modes = rng.normal(scale=scale, size=(clusters, k, dim))
+    truth = np.arange(m) % clusters
+    return [modes[c][rng.integers(0, k, n)] + rng.normal(size=(n, dim)) for c in truth], truth
+
+
+@pytest.fixture(scope="module")
+def planted_fcr():
+    emb, truth = planted()
+    return fcr(emb, k=3, gamma=1.0, distance="min", num_clusters=4, seed=0), truth
+
+
+def test_fcr_recovers_planted_clusters(planted_fcr):
+    result, truth = planted_fcr
+    assert result.centres.shape == (20, 3, 16)
+    assert result.centres_2d.shape == (20, 3, 2)
+    assert adjusted_rand_score(truth, result.clusters) == 1.0
+    np.testing.assert_array_equal(result.adjacency, (truth[:, None] == truth[None]).astype(int))
+    # automatic number of clusters and the code's matching distance on the same embedding
+    auto = relatedness(result.centres_2d, gamma=1.0, distance="matching", num_clusters=None)
+    assert adjusted_rand_score(truth, auto.clusters) == 1.0
+    by_dist = relatedness(result.centres_2d, gamma=1.0, num_clusters=4, hc_on="distances")
+    assert adjusted_rand_score(truth, by_dist.clusters) == 1.0
+
+
+def test_identity_adjacency_when_far_apart():
+    points = np.arange(12, dtype=float).reshape(4, 3, 1) * 100.0
+    for how in ("min", "matching"):
+        np.testing.assert_array_equal(threshold_adjacency(client_distances(points, how), 1e-3), np.eye(4))
+
+
+def test_threshold_strict_and_self_loops():
+    d = np.array([[5.0, 1.0, 0.5], [1.0, 5.0, 2.0], [0.5, 2.0, 5.0]])
+    np.testing.assert_array_equal(threshold_adjacency(d, 1.0), [[1, 0, 1], [0, 1, 0], [1, 0, 1]])
+
+
+@pytest.mark.parametrize("on", ["distances", "rows"])
+def test_hierarchical_clusters_exactly_c(on):
+    rng = np.random.default_rng(0)
+    d = client_distances(rng.normal(size=(30, 2, 3)), "min")
+    matrix = d if on == "distances" else threshold_adjacency(d, np.median(d))
+    for c in (1, 2, 3, 5, 8, 30):
+        labels, z = hierarchical_clusters(matrix, c, on=on)
+        assert len(np.unique(labels)) == c and labels.min() == 0 and labels.shape == (30,)
+        assert z.shape == (29, 4)
+    # heavily tied input: identical rows of a 0/1 matrix still give exactly C clusters
+    tied = np.kron(np.eye(3, dtype=int), np.ones((4, 4), dtype=int))
+    for c in (2, 3, 4, 7, 12):
+        assert len(np.unique(hierarchical_clusters(tied, c, on="rows")[0])) == c
+    assert len(np.unique(hierarchical_clusters(tied, None, on="rows")[0])) == 3
+
+
+@pytest.mark.parametrize("how", ["min", "matching"])
+def test_distances_symmetric_zero_diagonal(how):
+    d = client_distances(np.random.default_rng(1).normal(size=(9, 4, 3)), how)
+    np.testing.assert_array_equal(d, d.T)
+    np.testing.assert_array_equal(np.diag(d), 0.0)
+    assert (d[~np.eye(9, dtype=bool)] > 0).all()
+
+
+def test_min_distance_brute_force():
+    p = np.random.default_rng(2).normal(size=(5, 3, 2))
+    want = np.array([[min(np.linalg.norm(p[i, r] - p[j, s]) for r in range(3) for s in range(3))
+                      for j in range(5)] for i in range(5)])
+    np.testing.assert_allclose(client_distances(p, "min", block_bytes=1), want, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_matching_distance_brute_force(k):
+    """The code's min_matching_distance: min over permutations of sqrt(sum of squared) / k."""
+    p = np.random.default_rng(3).normal(size=(6, k, 3))
+    want = np.array([[min(np.sqrt(sum(np.sum((p[i, r] - p[j, perm[r]]) ** 2) for r in range(k))) / k
+                          for perm in itertools.permutations(range(k)))
+                      for j in range(6)] for i in range(6)])
+    np.testing.assert_allclose(client_distances(p, "matching"), want, atol=1e-12)
+    np.testing.assert_allclose(client_distances(p, "matching", block_bytes=1), want, atol=1e-12)
+
+
+def test_client_centres_and_small_clients():
+    emb, _ = planted(m=3, n=10, dim=4)
+    emb.append(np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]))  # fewer samples than k
+    c = client_centres(emb, k=3, seed=0, n_init=1)
+    assert c.shape == (4, 3, 4)
+    np.testing.assert_array_equal(c[3], emb[3][[0, 1, 0]])
+
+
+def test_pca_signatures_shapes():
+    rng = np.random.default_rng(4)
+    feats = [rng.normal(size=(n, 20)) for n in (40, 7, 25)]  # 7 < n_components: data repeated
+    assert pca_signatures(feats, n_components=10, k=5, seed=0, n_init=1).shape == (3, 5, 10)
+    assert pca_signatures(feats, n_components=50, k=2, seed=0, n_init=1).shape == (3, 2, 20)  # clipped to d
+    assert pca_signatures(feats, n_components=10, k=5, seed=0, fit="pooled", n_init=1).shape == (3, 5, 10)
+
+
+def test_figures_written(planted_fcr, tmp_path):
+    from fedbench.results.clustering_figures import plot_adjacency, plot_umap_signatures
+
+    result, truth = planted_fcr
+    plot_adjacency(result.adjacency, result.linkage, truth, tmp_path / "adj.png")
+    plot_adjacency(result.distances, None, None, tmp_path / "dist.pdf")
+    plot_umap_signatures(result.centres_2d, truth, tmp_path / "umap.png")
+    for name in ("adj.png", "dist.pdf", "umap.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adj.png", "dist.pdf", "umap.png"]

@@ -1,7 +1,7 @@
 # fedbench: datasets -> partitions -> one training run per cell -> tables, figures, report.
 #
 #   snakemake --cores all                     everything in config/config.yaml
-#   snakemake --cores 1 partitions|train|tables
+#   snakemake --cores 1 partitions|encoders|train|tables
 #   snakemake --cores 1 results/runs/<experiment>/<dataset>/<partition>/<model>/<algorithm>/seed<N>/metrics.json
 #   snakemake --report reports/fedbench.html
 
@@ -36,10 +36,12 @@ wildcard_constraints:
     partition=name_choices("partitions"),
     model=name_choices("models"),
     algorithm=name_choices("algorithms"),
+    encoder=name_choices("encoders"),
     seed=r"\d+",
 
 
 include: "workflow/rules/partitions.smk"
+include: "workflow/rules/encoders.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 
@@ -48,6 +50,12 @@ rule partitions:
     input:
         npz=all_partitions("npz"),
         heatmaps=all_partitions("png"),
+
+
+rule encoders:
+    input:
+        pt=all_encoders(".pt"),
+        curves=all_encoders("_loss.png"),
 
 
 rule train:
@@ -59,11 +67,14 @@ rule tables:
     input:
         tables=table_files(),
         curves=curve_figures(),
+        relatedness=relatedness_figures("adjacency"),
+        umap=relatedness_figures("umap"),
 
 
 rule all:
     default_target: True
     input:
         rules.partitions.input,
+        rules.encoders.input,
         rules.train.input,
         rules.tables.input,

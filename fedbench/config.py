@@ -60,6 +60,7 @@ def partition_stem(results: str, dataset: str, partition: str, seed: int) -> str
 
 def check_config(config: dict) -> None:
     """Raise :class:`ConfigError` naming the first problem and the valid choices."""
+    _check_encoder_names(config)
     for section, (key, registry, extra) in SECTIONS.items():
         for name, entry in config.get(section, {}).items():
             where = f"{section}.{name}"
@@ -83,6 +84,25 @@ def check_config(config: dict) -> None:
             raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
+
+
+def _check_encoder_names(config: dict) -> None:
+    """FLT encoders: an algorithm's ``encoder`` names a declared ``encoders`` entry, and an
+    encoder's ``dataset`` a declared dataset."""
+    encoders = config.get("encoders", {})
+    for name, entry in config.get("algorithms", {}).items():
+        if "encoder" in entry and entry["encoder"] not in encoders:
+            raise ConfigError(
+                f"algorithms.{name}.encoder: {entry['encoder']!r} is not declared under 'encoders'; "
+                f"declared: {', '.join(sorted(encoders)) or '(none)'}"
+            )
+    datasets = config.get("datasets", {})
+    for name, entry in encoders.items():
+        if entry.get("dataset") not in datasets:
+            raise ConfigError(
+                f"encoders.{name}.dataset: {entry.get('dataset')!r} is not declared under 'datasets'; "
+                f"declared: {', '.join(sorted(datasets)) or '(none)'}"
+            )
 
 
 def _check_declared(config: dict, block: dict, where: str, sections) -> None:

@@ -5,6 +5,6 @@ A builder takes the method's own hyper-parameters as keyword arguments and retur
 """
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
-from fedbench.algorithms import cfl, fedavg, fesem, ifca, local  # noqa: F401  (register the builders)
+from fedbench.algorithms import cfl, fedavg, fesem, flt, ifca, local  # noqa: F401  (register the builders)
 
 __all__ = ["ALGORITHMS", "Algorithm", "Federation"]

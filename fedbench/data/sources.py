@@ -53,13 +53,31 @@ DATASETS: Registry = Registry("dataset source")
 
 
 @DATASETS.register("digits")
-def load_digits_dataset(root=None) -> ArrayDataset:
-    """scikit-learn's handwritten digits: 1,797 8x8 grey images, 10 classes, pixels scaled to [0, 1]."""
+def load_digits_dataset(root=None, *, size: int = 8, test_fraction: float | None = None) -> ArrayDataset:
+    """scikit-learn's handwritten digits: 1,797 8x8 grey images, 10 classes, pixels scaled to [0, 1].
+
+    ``size``: upsample to ``size x size`` (bilinear), e.g. 28 for models made for MNIST such as
+    FLT's ConvAE.  ``test_fraction``: hold out a stratified official test split of that share
+    (``test_mask``; fixed, ``random_state=0``); ``None``: no official split.
+    """
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
-    return ArrayDataset(x=x, y=digits.target.astype(np.int64), num_classes=10)
+    y = digits.target.astype(np.int64)
+    if size != 8:
+        import torch
+        import torch.nn.functional as F
+
+        x = F.interpolate(torch.from_numpy(x), size=(size, size), mode="bilinear", align_corners=False).numpy()
+    test_mask = None
+    if test_fraction is not None:
+        from sklearn.model_selection import train_test_split
+
+        _, test = train_test_split(np.arange(len(y)), test_size=test_fraction, stratify=y, random_state=0)
+        test_mask = np.zeros(len(y), dtype=bool)
+        test_mask[test] = True
+    return ArrayDataset(x=np.ascontiguousarray(x), y=y, num_classes=10, test_mask=test_mask)
 
 
 @DATASETS.register("synthetic")

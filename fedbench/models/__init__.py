@@ -2,5 +2,6 @@
 
 from fedbench.models.registry import MODELS, build_model
 from fedbench.models import mlp  # noqa: F401  (registers mlp, mlr)
+from fedbench.models import flt  # noqa: F401  (registers mlp_dropout, leaf_cnn, lenet_cifar)
 
 __all__ = ["MODELS", "build_model"]

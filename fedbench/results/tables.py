@@ -19,6 +19,7 @@ GROUP_COLUMNS = ["experiment", "protocol", "dataset", "partition", "model", "alg
 FINAL_METRICS = ["accuracy", "macro_f1", "loss", "variance", "round"]
 GLOBAL_METRICS = ["accuracy", "macro_f1", "loss"]
 PERCENT_METRICS = ["accuracy", "macro_f1", "global_accuracy"]
+CLUSTER_METRICS = ["ari", "nmi"]  # recovered client clusters vs the partition's ground truth
 
 
 def load_metrics(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -32,11 +33,12 @@ def load_metrics(paths: Iterable[str | Path]) -> pd.DataFrame:
         row = {**metrics["cell"], "protocol": metrics.get("protocol")}
         row.update({key: metrics["final"].get(key) for key in FINAL_METRICS})
         row.update({f"global_{key}": (metrics.get("global") or {}).get(key) for key in GLOBAL_METRICS})
+        row.update({key: (metrics.get("clustering") or {}).get(key) for key in CLUSTER_METRICS})
         row.update(device=metrics.get("device"), wall_time_s=metrics.get("wall_time_s"))
         rows.append(row)
-    columns = CELL_COLUMNS + ["protocol"] + FINAL_METRICS + [f"global_{k}" for k in GLOBAL_METRICS]
+    columns = CELL_COLUMNS + ["protocol"] + FINAL_METRICS + [f"global_{k}" for k in GLOBAL_METRICS] + CLUSTER_METRICS
     runs = pd.DataFrame(rows, columns=columns + ["device", "wall_time_s"])
-    numeric = FINAL_METRICS + [f"global_{k}" for k in GLOBAL_METRICS] + ["wall_time_s"]
+    numeric = FINAL_METRICS + [f"global_{k}" for k in GLOBAL_METRICS] + CLUSTER_METRICS + ["wall_time_s"]
     runs[numeric] = runs[numeric].apply(pd.to_numeric, errors="coerce").astype(float)
     runs["seed"] = runs["seed"].astype(int)
     return runs.sort_values(CELL_COLUMNS, kind="stable").reset_index(drop=True)
@@ -79,6 +81,9 @@ def summarise(runs: pd.DataFrame, orders: Mapping[str, Sequence[str]] | None = N
         summary[f"{metric}_std"] = 100 * values.std(ddof=0)
     summary["loss_mean"] = grouped["loss"].mean()
     summary["variance_mean"] = grouped["variance"].mean()
+    for metric in CLUSTER_METRICS:
+        summary[f"{metric}_mean"] = grouped[metric].mean()
+        summary[f"{metric}_std"] = grouped[metric].std(ddof=0)
     summary["wall_time_s"] = grouped["wall_time_s"].mean()
     summary = summary.reset_index()
     summary["accuracy"] = [
@@ -102,6 +107,14 @@ def to_markdown(summary: pd.DataFrame) -> str:
         pivot.columns.name = None
         parts += [f"## {experiment}", "", f"Protocol: {protocols}; seeds per cell: {seeds}.", ""]
         parts += [pivot.to_markdown(index=False), ""]
+        clustered = table.dropna(subset=["ari_mean"])
+        if len(clustered):
+            scores = clustered.assign(
+                ARI=[format_mean_std(m, s) for m, s in zip(clustered["ari_mean"], clustered["ari_std"])],
+                NMI=[format_mean_std(m, s) for m, s in zip(clustered["nmi_mean"], clustered["nmi_std"])],
+            )[["dataset", "partition", "model", "algorithm", "ARI", "NMI"]]
+            parts += ["Recovered client clusters against the ground truth (adjusted Rand index, NMI):", ""]
+            parts += [scores.to_markdown(index=False), ""]
     return "\n".join(parts)
 
 

@@ -51,3 +51,51 @@ rule accuracy_curves:
         "../../envs/fedbench.yaml"
     script:
         "../scripts/accuracy_curves.py"
+
+
+rule relatedness_figure:
+    input:
+        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
+        code=results_sources(),
+    output:
+        png=report(
+            f"{RESULTS}/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}.png",
+            caption="../report/relatedness.rst",
+            category="Client relatedness",
+            subcategory="{experiment}",
+            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
+        ),
+    log:
+        "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/relatedness_figure.py"
+
+
+rule umap_figure:
+    input:
+        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
+        code=results_sources(),
+    output:
+        png=report(
+            f"{RESULTS}/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_umap.png",
+            caption="../report/umap.rst",
+            category="Client relatedness",
+            subcategory="{experiment}",
+            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
+        ),
+    log:
+        "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}_umap.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/umap_figure.py"

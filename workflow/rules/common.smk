@@ -38,9 +38,33 @@ def all_runs(name, experiment=None):
     return [run_file(cell, name) for cell in CELLS if experiment in (None, cell.experiment)]
 
 
+def all_encoders(suffix):
+    """Every declared encoder's file: ``suffix`` ``.pt``, ``_loss.csv`` or ``_loss.png``."""
+    return [f"{RESULTS}/encoders/{name}{suffix}" for name in config.get("encoders", {})]
+
+
+def encoder_inputs(wildcards):
+    """The pretrained encoder a cell's algorithm reads (FLT's ``encoder`` key), else nothing."""
+    name = config["algorithms"][wildcards.algorithm].get("encoder")
+    return [f"{RESULTS}/encoders/{name}.pt"] if name else []
+
+
 def curve_figures():
     """One accuracy-curve figure per experiment that has cells."""
     return [f"{RESULTS}/figures/curves_{experiment}.png" for experiment in sorted({cell.experiment for cell in CELLS})]
+
+
+def relatedness_figures(kind):
+    """Adjacency (``kind="adjacency"``, FLT and PCA+kM+HC) or UMAP (``"umap"``, FLT) figures of the
+    first seed's runs of every relatedness-based algorithm."""
+    methods = {"adjacency": ("flt", "pca_km_hc"), "umap": ("flt",)}[kind]
+    suffix = "" if kind == "adjacency" else "_umap"
+    first_seed = min(int(s) for s in config["seeds"])
+    return [
+        f"{RESULTS}/figures/relatedness/{c.experiment}/{c.dataset}_{c.partition}_{c.model}_{c.algorithm}_seed{c.seed}{suffix}.png"
+        for c in CELLS
+        if c.seed == first_seed and config["algorithms"][c.algorithm]["method"] in methods
+    ]
 
 
 def table_files():
@@ -72,6 +96,12 @@ def cell_settings(wildcards):
     }
 
 
+def encoder_settings(wildcards):
+    """The config entries an encoder is pretrained from; editing them re-pretrains (and retrains)."""
+    entry = config["encoders"][wildcards.encoder]
+    return {"encoder": entry, "dataset": config["datasets"][entry["dataset"]]}
+
+
 # ---- library sources: editing fedbench code makes the affected outputs out of date --
 
 
@@ -89,6 +119,20 @@ def partition_sources():
         "fedbench/registry.py",
         "fedbench/config.py",
         "fedbench/pipeline.py",
+    )
+
+
+def encoder_sources():
+    """What pretraining an encoder runs: the encoder module, datasets, models and the engine parts it uses."""
+    return library_sources(
+        "fedbench/__init__.py",
+        "fedbench/encoders.py",
+        "fedbench/data/**/*.py",
+        "fedbench/models/**/*.py",
+        "fedbench/engine/batches.py",
+        "fedbench/engine/device.py",
+        "fedbench/engine/federated_data.py",
+        "fedbench/registry.py",
     )
 
 

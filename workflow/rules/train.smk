@@ -4,6 +4,7 @@
 rule train_cell:
     input:
         partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
+        encoder=encoder_inputs,
         code=train_sources(),
     output:
         metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",

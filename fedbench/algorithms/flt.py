@@ -1,0 +1,170 @@
+"""FLT — federated learning with taskonomy (Jamali-Rad et al.), and its PCA+kM+HC baseline.
+
+Initialisation (Algorithm 3, line 2): the one-off client relatedness step FCR (Algorithm 2)
+turns each client's data signature into an adjacency matrix Ã (and, with HC, disjoint
+clusters C).  Signatures are
+
+* ``flt``: the client's samples through a pretrained ConvAE encoder (optionally fine-tuned
+  on the client's data for J epochs), k-means centres per client, UMAP of all centres;
+* ``pca_km_hc``: per-client PCA of the raw samples, k-means centres, no encoder, no UMAP.
+
+Rounds: every sampled client trains its own current model for E epochs; then
+
+* case I (``clusters: null``): every client's model becomes the sample-weighted average of
+  its neighbours' models under Ã, w_m <- sum_j Ã_mj n_j w̄_j / sum_j Ã_mj n_j, over all M
+  clients (non-participants contribute their current model, as W̄ in Algorithm 3 line 16).
+  ``aggregation: simultaneous`` (default, the paper's W̄ Ã) or ``in_place`` (the authors'
+  code: clients updated one after another, later ones averaging already-updated models);
+* case II (``clusters: C`` or ``auto``): FedAvg inside each HC cluster over its sampled
+  members (lines 20-22); every member receives its cluster's model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.clustering.fcr import fcr, pca_signatures, relatedness
+from fedbench.encoders import embed_clients, load_encoder
+from fedbench.engine.weights import Weights, broadcast, put_rows, rows
+
+
+def neighbour_average(stacked: Weights, adjacency: np.ndarray, samples: torch.Tensor, in_place: bool) -> Weights:
+    """w_m <- sum_j A_mj n_j w_j / sum_j A_mj n_j for every client m (FLT case I).
+
+    ``in_place`` reproduces the authors' loop, which overwrites w_m before computing w_{m+1}."""
+    device = next(iter(stacked.values())).device
+    weights = torch.as_tensor(adjacency, dtype=torch.float64, device=device) * samples.to(device, torch.float64)[None, :]
+    weights = weights / weights.sum(1, keepdim=True)
+    out = {}
+    for name, value in stacked.items():
+        if not value.is_floating_point():
+            out[name] = value
+            continue
+        flat = value.reshape(len(value), -1).to(torch.float64)
+        if in_place:
+            flat = flat.clone()
+            for m in range(len(flat)):
+                flat[m] = weights[m] @ flat
+        else:
+            flat = weights @ flat
+        out[name] = flat.to(value.dtype).view_as(value)
+    return out
+
+
+@dataclass(frozen=True)
+class FLT:
+    """FLT or PCA+kM+HC; see the module docstring.  ``signature``: ``encoder`` or ``pca``."""
+
+    signature: str
+    encoder: str | None
+    finetune_epochs: int
+    k: int
+    gamma: float
+    distance: str
+    cluster_count: int | str | None  # case II: HC into this many clusters ("auto": chosen by HC); None: case I
+    aggregation: str
+    umap_neighbors: int
+    umap_min_dist: float
+    pca_components: int
+
+    def relatedness(self, fed: Federation) -> dict:
+        """FCR (Algorithm 2): adjacency Ã, optional clusters C, and what the figures need."""
+        everyone = torch.arange(fed.num_clients, device=fed.device)
+        num_clusters = None if self.cluster_count in (None, "auto") else int(self.cluster_count)  # None: HC picks C
+        if self.signature == "encoder":
+            encoder = load_encoder(fed.encoders / f"{self.encoder}.pt").to(fed.device)
+            embeddings = embed_clients(
+                encoder, fed.data, everyone, finetune_epochs=self.finetune_epochs,
+                lr=1e-3, batch_size=64, generator=fed.generator,  # the original code: Adam 1e-3, batch 64
+            )
+            result = fcr(
+                embeddings, k=self.k, gamma=self.gamma, distance=self.distance,
+                n_neighbors=self.umap_neighbors, min_dist=self.umap_min_dist,
+                num_clusters=num_clusters, seed=fed.seed,
+            )
+            return {"adjacency": result.adjacency, "clusters": result.clusters, "distances": result.distances,
+                    "linkage": result.linkage, "centres_2d": result.centres_2d}
+        samples = [
+            fed.data.x[fed.data.train.index[m, : fed.data.train.counts[m]]].flatten(1).cpu().numpy()
+            for m in range(fed.num_clients)
+        ]
+        centres = pca_signatures(samples, n_components=self.pca_components, k=self.k, seed=fed.seed)
+        result = relatedness(centres, gamma=self.gamma, distance=self.distance, num_clusters=num_clusters)
+        return {"adjacency": result.adjacency, "clusters": result.clusters, "distances": result.distances,
+                "linkage": result.linkage}
+
+    def init(self, fed: Federation, initial: Weights) -> dict:
+        return {"clients": broadcast(initial, fed.num_clients), **self.relatedness(fed)}
+
+    def round(self, fed: Federation, state: dict, round_: int):
+        chosen = fed.sample_clients()
+        trained, loss = fed.train_clients(rows(state["clients"], chosen), chosen)
+        models = put_rows(state["clients"], chosen, trained)
+        if self.cluster_count is None:  # case I
+            models = neighbour_average(models, state["adjacency"], fed.data.train.counts, self.aggregation == "in_place")
+        else:
+            models = self._cluster_average(fed, models, chosen, state["clusters"])
+        return {**state, "clients": models}, loss
+
+    @staticmethod
+    def _cluster_average(fed: Federation, models: Weights, chosen: torch.Tensor, clusters: np.ndarray) -> Weights:
+        """Case II: FedAvg per cluster over its sampled members, sent to every member."""
+        labels = torch.as_tensor(clusters, device=fed.device)
+        for c in torch.unique(labels[chosen]).tolist():
+            members = torch.nonzero(labels == c).flatten()
+            trained = chosen[labels[chosen] == c]
+            average = fed.average(rows(models, trained), trained)
+            models = put_rows(models, members, broadcast(average, len(members)))
+        return models
+
+    def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
+        return state["clients"]
+
+    def global_model(self, fed: Federation, state: dict) -> None:
+        return None
+
+    def clusters(self, fed: Federation, state: dict) -> np.ndarray:
+        """HC's clusters: the ones case II trains on; in case I reported only (C chosen by HC)."""
+        return state["clusters"]
+
+    def artifacts(self, fed: Federation, state: dict) -> dict:
+        keep = ("adjacency", "distances", "linkage", "centres_2d", "clusters")
+        return {name: state[name] for name in keep if state.get(name) is not None}
+
+
+@ALGORITHMS.register("flt")
+def flt(
+    *,
+    encoder: str,
+    finetune_epochs: int = 0,
+    k: int = 5,
+    gamma: float = 1.0,
+    distance: str = "min",
+    clusters: int | str | None = None,
+    aggregation: str = "simultaneous",
+    umap_neighbors: int = 15,
+    umap_min_dist: float = 0.1,
+) -> FLT:
+    """FLT (Algorithms 2-3).  Paper defaults: k = 5, ``distance: min`` (min over centre pairs).
+    The authors' code: k = labels per cluster, ``distance: matching``, γ = 1, ``aggregation: in_place``."""
+    return FLT("encoder", encoder, finetune_epochs, k, gamma, distance, clusters, aggregation,
+               umap_neighbors, umap_min_dist, 0)
+
+
+@ALGORITHMS.register("pca_km_hc")
+def pca_km_hc(
+    *,
+    k: int = 5,
+    pca_components: int = 128,
+    gamma: float = 1.2,
+    distance: str = "matching",
+    clusters: int | str | None = 3,
+    aggregation: str = "simultaneous",
+) -> FLT:
+    """PCA+kM+HC (FLT's baseline, after Ghosh et al.'s one-shot clustering): per-client PCA and
+    k-means signatures, threshold 1.2 as the authors' code, HC into ``clusters`` (paper: C = 3)."""
+    return FLT("pca", None, 0, k, gamma, distance, clusters, aggregation, 15, 0.1, pca_components)

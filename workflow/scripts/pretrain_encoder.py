@@ -1,0 +1,11 @@
+"""Rule ``pretrain_encoder``: pretrain one FLT ConvAE encoder (``.pt`` + loss curve CSV and PNG)."""
+
+from common import log_to
+
+smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
+log_to(smk.log[0])
+
+from fedbench.encoders import plot_loss_curve, pretrain_encoder  # noqa: E402
+
+pretrain_encoder(smk.config, smk.wildcards.encoder, smk.output.pt, smk.output.csv)
+plot_loss_curve(smk.output.csv, smk.output.png)

@@ -1,0 +1,37 @@
+"""Experiment grids link every algorithm to its published row, and those links resolve."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from fedbench.config import check_config, expand_cells
+from fedbench.results.published import load_published, published_rows
+
+REPO = Path(__file__).resolve().parents[1]
+GRIDS = sorted((REPO / "config" / "experiments").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", GRIDS, ids=lambda p: p.stem)
+def test_experiment_grids_are_valid(path):
+    config = yaml.safe_load(path.read_text())
+    validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    check_config(config)
+    assert expand_cells(config)
+
+
+def test_every_flt_link_resolves_to_one_published_accuracy():
+    config = yaml.safe_load((REPO / "config" / "experiments" / "flt.yaml").read_text())
+    published = load_published()
+    linked = 0
+    for name, experiment in config["experiments"].items():
+        algorithms = {a for block in experiment["grid"] for a in block["algorithms"]}
+        assert set(experiment["published"]["rows"]) == algorithms, name  # every cell has its paper row
+        for algorithm in algorithms:
+            rows = published_rows(experiment, algorithm, published)
+            accuracy = rows[rows["metric"] == "accuracy"]
+            models = {b for block in experiment["grid"] for b in block["models"]}
+            assert 1 <= len(accuracy) <= len(models), (name, algorithm)
+            linked += 1
+    assert linked >= 40

@@ -124,10 +124,13 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         losses.append(float(loss.mean()))
         if t % every and t != rounds:
             continue
-        personal = evaluate_clients(model, algorithm.client_models(fed, state, t), data, data.test, everyone)
+        models = algorithm.client_models(fed, state, t)
+        personal = evaluate_clients(model, models, data, data.test, everyone)
+        on_train = evaluate_clients(model, models, data, data.train, everyone)
         global_weights = algorithm.global_model(fed, state)
         pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test)
         row = _history_row(t, float(np.mean(losses)), personal, pooled)
+        row.update(train_acc_mean=float(on_train.accuracy.mean()), train_acc_var=float(on_train.accuracy.var()))
         clusters = getattr(algorithm, "clusters", None)
         row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
         losses.clear()
@@ -141,6 +144,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     history_df = pd.DataFrame(history)
     protocol = PROTOCOLS[spec["protocol"]]
     final = protocol.final(history_df)
+    final["train_accuracy"] = float(history_df.set_index("round").loc[final["round"], "train_acc_mean"])
     chosen = per_client[final["round"]]
     clients_df = pd.DataFrame(
         {

@@ -61,6 +61,7 @@ def test_outputs_describe_the_run(tmp_path, partition):
     assert metrics["final"]["accuracy"] == pytest.approx(clients["accuracy"].mean())
     assert metrics["final"]["variance"] == pytest.approx(clients["accuracy"].var(ddof=0))
     assert 0.3 < metrics["final"]["accuracy"] <= 1.0
+    assert metrics["final"]["train_accuracy"] == pytest.approx(history["train_acc_mean"].iloc[-1])
     assert metrics["hyperparameters"]["training"]["participation"] == 0.6
     assert metrics["device"] == "cpu" and metrics["wall_time_s"] > 0
     assert metrics["peak_memory"]["peak_host_rss_mb"] > 0

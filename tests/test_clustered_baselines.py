@@ -9,7 +9,8 @@ from torch import nn
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.cfl import CFL, bipartition, cfl
 from fedbench.algorithms.fesem import FeSEM, fesem
-from fedbench.algorithms.ifca import IFCA, cluster_average, ifca
+from fedbench.algorithms.clustered import cluster_average
+from fedbench.algorithms.ifca import IFCA, ifca
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights

@@ -67,6 +67,16 @@ class Federation:
         plan = make_batch_plan(counts, hp.epochs, hp.batch_size, generator or self.generator)
         return self.trainer.train(start, clients, plan, hp, center)
 
+    def finetune(self, models: Weights, epochs: int, round_: int) -> Weights:
+        """Every client fine-tunes its row of ``models`` for ``epochs`` local epochs on a copy, with
+        evaluation-time randomness (the "+" variants: FedAvg+, FeSEM+; FeMAM Sec. 5)."""
+        if not epochs:
+            return models
+        everyone = torch.arange(self.num_clients, device=self.device)
+        hp = self.with_local(epochs=epochs, prox_mu=0.0)
+        tuned, _ = self.train_clients(models, everyone, hp=hp, generator=self.eval_generator(round_))
+        return tuned
+
     def average(self, stacked: Weights, clients: torch.Tensor) -> Weights:
         """Sample-weighted average sum_i n_i theta_i / sum_i n_i of the clients' models."""
         return weighted_average(stacked, self.data.train.counts[clients])

@@ -39,8 +39,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
-from fedbench.algorithms.fesem import flat
-from fedbench.algorithms.ifca import stack
+from fedbench.algorithms.clustered import flat, stack
 from fedbench.engine.weights import Weights, rows, weighted_average
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from fedbench.algorithms.base import ALGORITHMS, Federation
 from fedbench.engine.weights import Weights, broadcast
 
@@ -35,13 +33,7 @@ class FedAvg:
         return {"global": fed.average(trained, chosen)}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
-        models = broadcast(state["global"], fed.num_clients)
-        if not self.finetune_epochs:
-            return models
-        everyone = torch.arange(fed.num_clients, device=fed.device)
-        hp = fed.with_local(epochs=self.finetune_epochs, prox_mu=0.0)
-        tuned, _ = fed.train_clients(models, everyone, hp=hp, generator=fed.eval_generator(round_))
-        return tuned
+        return fed.finetune(broadcast(state["global"], fed.num_clients), self.finetune_epochs, round_)
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return state["global"]

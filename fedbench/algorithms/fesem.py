@@ -42,18 +42,14 @@ import numpy as np
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
-from fedbench.algorithms.ifca import (
+from fedbench.algorithms.clustered import (
     assignment_frame,
     cluster_average,
+    flat,
     fresh_weights,
     stack,
 )
-from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
-
-
-def flat(fed: Federation, weights: Weights) -> torch.Tensor:
-    """[n, P] flattened parameters (buffers excluded) of a stacked dict."""
-    return torch.cat([weights[k].flatten(1).to(torch.float32) for k in parameter_names(fed.model)], 1)
+from fedbench.engine.weights import Weights, broadcast, put_rows, rows
 
 
 def distances(a: torch.Tensor, b: torch.Tensor, kind: str) -> torch.Tensor:
@@ -134,12 +130,7 @@ class FeSEM:
             models = broadcast(state["initial"], fed.num_clients)
         else:
             models = rows(state["centres"], self._effective(fed, state).to(fed.device))
-        if not self.finetune_epochs:
-            return models
-        everyone = torch.arange(fed.num_clients, device=fed.device)
-        hp = fed.with_local(epochs=self.finetune_epochs, prox_mu=0.0)
-        tuned, _ = fed.train_clients(models, everyone, hp=hp, generator=fed.eval_generator(round_))
-        return tuned
+        return fed.finetune(models, self.finetune_epochs, round_)
 
     def global_model(self, fed: Federation, state: dict) -> None:
         return None

@@ -35,3 +35,11 @@ def test_every_flt_link_resolves_to_one_published_accuracy():
             assert 1 <= len(accuracy) <= len(models), (name, algorithm)
             linked += 1
     assert linked >= 40
+
+
+def test_flt_paper_grid_plans_cleanly(tmp_path):
+    from test_workflow import planned_jobs, snakemake
+
+    process = snakemake(tmp_path, "-n", configfile=REPO / "config" / "experiments" / "flt.yaml")
+    jobs = planned_jobs(process.stdout)
+    assert jobs["pretrain_encoder"] == 4 and jobs["train_cell"] == 150 and jobs["results_table"] == 1

@@ -67,8 +67,9 @@ rule tables:
     input:
         tables=table_files(),
         curves=curve_figures(),
-        relatedness=relatedness_figures("adjacency"),
-        umap=relatedness_figures("umap"),
+        relatedness=clustering_figures("adjacency"),
+        umap=clustering_figures("umap"),
+        assignments=clustering_figures("assignments"),
 
 
 rule all:

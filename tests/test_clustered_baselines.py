@@ -94,7 +94,7 @@ def test_ifca_picks_the_cluster_with_the_lowest_training_loss():
     state["centres"] = {"1.weight": torch.stack([10 * truth, 10 * truth.flip(0)]), "1.bias": torch.zeros(2, 2)}
     state, _ = algorithm.round(fed, state, 1)
     assert state["assign"].tolist() == GROUPS
-    frame = algorithm.artifacts(fed, state)["ifca_assignments"]
+    frame = algorithm.artifacts(fed, state)["assignments"]
     assert frame["cluster"].tolist() == GROUPS and frame["round"].tolist() == [1] * 8
 
 
@@ -126,7 +126,7 @@ def test_fesem_recovers_two_groups_with_very_different_data():
         state, aris = run(algorithm, fed, 4, track=GROUPS)
         assert aris == [1.0] * 4, (seed, aris)
         assert algorithm.global_model(fed, state) is None
-        assert len(algorithm.artifacts(fed, state)["fesem_assignments"]) == 4 * 8
+        assert len(algorithm.artifacts(fed, state)["assignments"]) == 4 * 8
 
 
 def test_fesem_cosine_distance_and_finetuning_variant():
@@ -181,3 +181,13 @@ def test_fesem_recovers_groups_under_partial_participation():
         algorithm = fesem(num_clusters=2)
         state, aris = run(algorithm, fed, 15, track=groups)
         assert (state["assign"] >= 0).all() and aris[-1] == 1.0, (seed, aris)
+
+
+def test_assignment_figure_is_written(tmp_path):
+    import pandas as pd
+
+    from fedbench.results.clustering_figures import plot_assignments
+
+    frame = pd.DataFrame({"round": [1, 1, 2, 3], "client": [0, 2, 1, 0], "cluster": [0, 1, 1, 0]})
+    plot_assignments(frame, [0, 1, 1], tmp_path / "a.png")
+    assert (tmp_path / "a.png").stat().st_size > 0

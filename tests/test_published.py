@@ -42,4 +42,4 @@ def test_flt_paper_grid_plans_cleanly(tmp_path):
 
     process = snakemake(tmp_path, "-n", configfile=REPO / "config" / "experiments" / "flt.yaml")
     jobs = planned_jobs(process.stdout)
-    assert jobs["pretrain_encoder"] == 4 and jobs["train_cell"] == 150 and jobs["results_table"] == 1
+    assert jobs["pretrain_encoder"] == 4 and jobs["train_cell"] == 150 + 16 * 3 * 3 and jobs["results_table"] == 1

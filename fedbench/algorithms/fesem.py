@@ -139,7 +139,7 @@ class FeSEM:
         return self._effective(fed, state).numpy()
 
     def artifacts(self, fed: Federation, state: dict) -> dict:
-        return {"fesem_assignments": assignment_frame(state["history"])}
+        return {"assignments": assignment_frame(state["history"])}
 
 
 @ALGORITHMS.register("fesem")

@@ -125,7 +125,7 @@ class IFCA:
         return self._effective(fed, state).numpy()
 
     def artifacts(self, fed: Federation, state: dict) -> dict:
-        return {"ifca_assignments": assignment_frame(state["history"])}
+        return {"assignments": assignment_frame(state["history"])}
 
 
 @ALGORITHMS.register("ifca")

@@ -122,3 +122,34 @@ def plot_umap_signatures(centres_2d: np.ndarray, truth, path: str | Path, title:
     ax.set_ylabel("UMAP 2")
     ax.set_title(title or f"UMAP of client k-means centres (M = {m}, k = {k})")
     _save(fig, path)
+
+
+def plot_assignments(assignments, truth, path: str | Path, title: str | None = None) -> None:
+    """Cluster of every client over the rounds (FeSEM, IFCA): ``assignments`` has columns round,
+    client, cluster for the clients trained in each round; a client keeps its last assignment
+    until it is sampled again (blank before its first).  Rows are ordered by ground-truth cluster,
+    drawn as a colour strip."""
+    table = assignments.pivot_table(index="client", columns="round", values="cluster", aggfunc="last")
+    m = len(truth) if truth is not None else int(assignments["client"].max()) + 1
+    table = table.reindex(index=range(m)).ffill(axis=1)
+    order = np.argsort(np.asarray(truth), kind="stable") if truth is not None else np.arange(m)
+    values = table.to_numpy(dtype=float)[order]
+    n = int(np.nanmax(values)) + 1 if np.isfinite(values).any() else 1
+    fig = Figure(figsize=(9, 0.12 * m + 2.2))
+    grid = fig.add_gridspec(1, 2, width_ratios=[0.03, 1], wspace=0.02)
+    strip, ax = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    ax.imshow(np.ma.masked_invalid(values), aspect="auto", interpolation="nearest",
+              cmap=ListedColormap(_palette(n)), vmin=-0.5, vmax=n - 0.5)
+    rounds = table.columns.to_numpy()
+    ticks = np.linspace(0, len(rounds) - 1, min(len(rounds), 8)).astype(int)
+    ax.set_xticks(ticks, [str(rounds[i]) for i in ticks])
+    ax.set_yticks([])
+    ax.set_xlabel("round")
+    ax.set_title(title or "assigned cluster per client and round")
+    if truth is not None:
+        codes, names = _truth_codes(truth, m)
+        _strip(strip, codes[order], len(names))
+        strip.set_ylabel("clients by true cluster")
+    else:
+        strip.set_axis_off()
+    _save(fig, path)

@@ -99,3 +99,27 @@ rule umap_figure:
         "../../envs/fedbench.yaml"
     script:
         "../scripts/umap_figure.py"
+
+
+rule assignments_figure:
+    input:
+        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
+        code=results_sources(),
+    output:
+        png=report(
+            f"{RESULTS}/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_assignments.png",
+            caption="../report/assignments.rst",
+            category="Cluster assignments",
+            subcategory="{experiment}",
+            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
+        ),
+    log:
+        "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}_assignments.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/assignments_figure.py"

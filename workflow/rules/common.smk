@@ -54,11 +54,11 @@ def curve_figures():
     return [f"{RESULTS}/figures/curves_{experiment}.png" for experiment in sorted({cell.experiment for cell in CELLS})]
 
 
-def relatedness_figures(kind):
-    """Adjacency (``kind="adjacency"``, FLT and PCA+kM+HC) or UMAP (``"umap"``, FLT) figures of the
-    first seed's runs of every relatedness-based algorithm."""
-    methods = {"adjacency": ("flt", "pca_km_hc"), "umap": ("flt",)}[kind]
-    suffix = "" if kind == "adjacency" else "_umap"
+def clustering_figures(kind):
+    """Adjacency (``kind="adjacency"``, FLT and PCA+kM+HC), UMAP (``"umap"``, FLT) or cluster-assignment
+    (``"assignments"``, FeSEM and IFCA) figures of the first seed's runs of those algorithms."""
+    methods = {"adjacency": ("flt", "pca_km_hc"), "umap": ("flt",), "assignments": ("fesem", "ifca")}[kind]
+    suffix = "" if kind == "adjacency" else f"_{kind}"
     first_seed = min(int(s) for s in config["seeds"])
     return [
         f"{RESULTS}/figures/relatedness/{c.experiment}/{c.dataset}_{c.partition}_{c.model}_{c.algorithm}_seed{c.seed}{suffix}.png"

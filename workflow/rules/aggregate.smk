@@ -66,6 +66,8 @@ rule relatedness_figure:
             subcategory="{experiment}",
             labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
         ),
+    params:
+        kind="adjacency",
     log:
         "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}.log",
     resources:
@@ -74,7 +76,7 @@ rule relatedness_figure:
     conda:
         "../../envs/fedbench.yaml"
     script:
-        "../scripts/relatedness_figure.py"
+        "../scripts/clustering_figure.py"
 
 
 rule umap_figure:
@@ -90,6 +92,8 @@ rule umap_figure:
             subcategory="{experiment}",
             labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
         ),
+    params:
+        kind="umap",
     log:
         "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}_umap.log",
     resources:
@@ -98,7 +102,7 @@ rule umap_figure:
     conda:
         "../../envs/fedbench.yaml"
     script:
-        "../scripts/umap_figure.py"
+        "../scripts/clustering_figure.py"
 
 
 rule assignments_figure:
@@ -114,6 +118,8 @@ rule assignments_figure:
             subcategory="{experiment}",
             labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
         ),
+    params:
+        kind="assignments",
     log:
         "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}_assignments.log",
     resources:
@@ -122,4 +128,4 @@ rule assignments_figure:
     conda:
         "../../envs/fedbench.yaml"
     script:
-        "../scripts/assignments_figure.py"
+        "../scripts/clustering_figure.py"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -35,6 +36,7 @@ class Federation:
     generator: torch.Generator
     seed: int
     encoders: Path = Path("results/encoders")  # where pretrained encoders (``{name}.pt``) are read from
+    teams: np.ndarray | None = None  # team of every client where the partition defines teams (pFedMT's tiers)
 
     @property
     def num_clients(self) -> int:

@@ -1,0 +1,259 @@
+"""pFedMT — Personalized Multi-tier Federated Learning using Moreau envelopes (Algorithm 1).
+
+Three nested loops per global round t (global server -> teams -> devices):
+
+* device (Eq. 10, Alg. 1 line 6), L local iterations from theta_ij = w_i:
+  theta <- theta - alpha (grad f_ij(theta) + lam (theta - w_i));
+* team (Eq. 7, Alg. 1 lines 8-9), K team iterations from w_i = x^t:
+  theta_bar_i = sum_j delta_j theta_ij;  w_i <- (1 - eta lam - eta gamma) w_i + eta gamma x^t + eta lam theta_bar_i;
+* global (Alg. 1 lines 11-12): w_bar = sum_i tau_i w_i, then
+  ``global_step="eq4"`` (default): x <- (1 - beta gamma) x + beta gamma w_bar   (Eq. 4 and PerMFL_1 code),
+  ``global_step="algorithm1"``:    x <- (1 - beta gamma) x + beta w_bar         (Alg. 1 line 12 as printed).
+
+Fidelity choices (see original_code_notes.md §3.2-3.3):
+
+* all teams and all devices of every team take part in every round/team iteration (code default);
+* ``weighting="samples"`` (default, paper): delta_j = n_ij / n_i within a team, tau_i = n_i / n;
+  ``weighting="uniform"`` (PerMFL_1 code): delta_j = 1 / N_i, tau_i = 1 / M;
+* one local iteration = ONE minibatch of ``fed.local.batch_size`` rows, drawn uniformly *with
+  replacement* from the device's training rows with ``fed.generator`` (the code cycles an
+  unshuffled DataLoader; with-replacement draws keep the sampling stateless across rounds).
+  A device without training rows contributes no data gradient (only the proximal pull);
+* plain SGD (``fed.local.lr``/momentum/weight decay are not used: alpha, eta, beta are pFedMT's
+  own step sizes); loss = cross-entropy of the model's logits (the code uses NLL of log_softmax,
+  the same thing);
+* personalised model of device j = theta_ij after its last local loop (code's ``local_model``),
+  i.e. the devices' last loop starts from w_i^{t,K-1};
+* only parameters are trained; buffers (none in the plain ``nn.Sequential`` classifiers) are
+  carried over from the global model unchanged.
+
+All devices of all teams are advanced at once: per-device parameters are stacked along a
+leading axis and ``torch.func.vmap(grad_and_value(...))`` over ``functional_call`` gives every
+device's minibatch gradient in one call; team models ``[M, ...]`` reach their devices by
+indexing with the team-id vector.  The update arithmetic (:func:`pfedmt_round`) takes the
+device gradient as a plug-in, so the tests run the very same code on quadratic losses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad_and_value, vmap
+
+from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.engine.minibatch import gather_minibatch
+from fedbench.engine.weights import Weights
+
+GLOBAL_STEPS = ("eq4", "algorithm1")
+WEIGHTINGS = ("samples", "uniform")
+
+# device_gradient(theta [D, ...] stacked, k, l) -> (grad f_ij at theta [D, ...], loss [D] or None)
+DeviceGradient = Callable[[Weights, int, int], tuple[Weights, "torch.Tensor | None"]]
+
+
+def global_update(x: torch.Tensor, w_bar: torch.Tensor, beta: float, gamma: float, rule: str = "eq4") -> torch.Tensor:
+    """Alg. 1 line 12: ``eq4`` (1 - beta gamma) x + beta gamma w_bar; ``algorithm1`` (1 - beta gamma) x + beta w_bar."""
+    if rule == "eq4":
+        return (1 - beta * gamma) * x + (beta * gamma) * w_bar
+    if rule == "algorithm1":
+        return (1 - beta * gamma) * x + beta * w_bar
+    raise ValueError(f"global_step must be one of {GLOBAL_STEPS}, got {rule!r}")
+
+
+def _mix(matrix: torch.Tensor, stacked: torch.Tensor) -> torch.Tensor:
+    """``matrix [R, C] @ stacked [C, ...]`` -> ``[R, ...]`` (weighted sums over the leading axis)."""
+    flat = stacked.reshape(stacked.shape[0], -1)
+    return (matrix.to(flat.dtype) @ flat).reshape(matrix.shape[0], *stacked.shape[1:])
+
+
+def aggregation_weights(team_of: torch.Tensor, sizes: torch.Tensor, weighting: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A [M, D], tau [M]): A[i, j] = delta_j if device j is in team i, else 0 (rows sum to 1).
+
+    ``samples``: delta_j = n_j / n_team, tau_i = n_team / n (Alg. 1 lines 8 and 11);
+    ``uniform``: delta_j = 1 / N_i, tau_i = 1 / M (PerMFL_1 code).  A team whose devices hold no
+    samples falls back to uniform device weights (its tau is 0 anyway under ``samples``).
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    num_teams = int(team_of.max()) + 1
+    member = F.one_hot(team_of, num_teams).T.to(torch.float64)  # [M, D]
+    if weighting == "uniform":
+        mass = member
+        tau = torch.full((num_teams,), 1.0 / num_teams, dtype=torch.float64, device=team_of.device)
+    else:
+        mass = member * sizes.to(torch.float64)[None, :]
+        empty = mass.sum(1, keepdim=True) == 0
+        tau = mass.sum(1) / mass.sum().clamp_min(1e-300)
+        mass = torch.where(empty, member, mass)
+    return mass / mass.sum(1, keepdim=True), tau
+
+
+def pfedmt_round(
+    x: Weights,
+    team_of: torch.Tensor,
+    A: torch.Tensor,
+    tau: torch.Tensor,
+    device_gradient: DeviceGradient,
+    *,
+    team_iterations: int,
+    local_iterations: int,
+    alpha: float,
+    eta: float,
+    lam: float,
+    gamma: float,
+    beta: float,
+    global_step: str = "eq4",
+) -> tuple[Weights, Weights, torch.Tensor | None]:
+    """One global round of Algorithm 1 on the (parameter) dict ``x``.
+
+    ``team_of`` [D]: team id (0..M-1) of every device; ``A`` [M, D], ``tau`` [M]: aggregation
+    weights (:func:`aggregation_weights`).  Returns (x^{t+1}, theta [D, ...] after the devices'
+    last local loop, mean device loss over the K*L steps [D] or None if the gradient gives none).
+    """
+    x_old = x
+    num_teams = A.shape[0]
+    # w_i^{t,0} = x^t for every team
+    w = {k: v.unsqueeze(0).expand(num_teams, *v.shape).clone() for k, v in x_old.items()}
+    theta: Weights = {}
+    loss_sum = None
+    for k in range(team_iterations):
+        anchor = {n: v.index_select(0, team_of) for n, v in w.items()}  # w_i broadcast to its devices
+        theta = {n: v.clone() for n, v in anchor.items()}  # Alg. 1 line 4: theta_ij <- w_i^{t,k}
+        for l in range(local_iterations):
+            grads, loss = device_gradient(theta, k, l)
+            if loss is not None:
+                loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+            # Eq. (10): theta <- theta - alpha (grad f + lam (theta - w_i))
+            #                = (1 - alpha lam) theta - alpha grad f + alpha lam w_i   (in place, fused)
+            t = list(theta.values())
+            torch._foreach_mul_(t, 1 - alpha * lam)
+            torch._foreach_add_(t, [grads[n] for n in theta], alpha=-alpha)
+            torch._foreach_add_(t, [anchor[n] for n in theta], alpha=alpha * lam)
+        # Alg. 1 lines 8-9 / Eq. (7)
+        w = {
+            n: (1 - eta * lam - eta * gamma) * wi + (eta * gamma) * x_old[n].unsqueeze(0) + (eta * lam) * _mix(A, theta[n])
+            for n, wi in w.items()
+        }
+    # Alg. 1 lines 11-12
+    x_new = {n: global_update(x_old[n], _mix(tau[None, :], w[n])[0], beta, gamma, global_step) for n in x_old}
+    steps = max(team_iterations * local_iterations, 1)
+    return x_new, theta, None if loss_sum is None else loss_sum / steps
+
+
+class _MinibatchGradient:
+    """Every device's cross-entropy gradient on one fresh minibatch of its own training rows."""
+
+    def __init__(self, fed: Federation, buffers: Weights, batch_size: int, local_iterations: int):
+        model = fed.model
+        data = fed.data
+        self.fed, self.buffers, self.batch, self.L = fed, buffers, batch_size, local_iterations
+        self.counts = data.train.counts.cpu()
+        self.has_data = (data.train.counts > 0).to(data.x.dtype if data.x.is_floating_point() else torch.float32)
+
+        def loss_fn(params: Weights, buffers: Weights, x, y, scale):
+            logits = functional_call(model, {**params, **buffers}, (x,))
+            return F.cross_entropy(logits, y) * scale
+
+        self.fn = vmap(grad_and_value(loss_fn), in_dims=(0, None, 0, 0, 0), randomness="different")
+        self.positions = None
+
+    def _draw(self) -> torch.Tensor:
+        """Positions [L, D, B] inside each device's training rows, uniform with replacement."""
+        u = torch.rand(self.L, len(self.counts), self.batch, generator=self.fed.generator, dtype=torch.float64)
+        pos = (u * self.counts.clamp_min(1).to(torch.float64)[None, :, None]).long()
+        return pos.to(self.fed.device)
+
+    def __call__(self, theta: Weights, k: int, l: int):
+        if l == 0:
+            self.positions = self._draw()  # one draw per team iteration: [L, D, B]
+        data = self.fed.data
+        rows = torch.gather(data.train.index, 1, self.positions[l])
+        xb, yb = gather_minibatch(data.x, data.y, rows)
+        grads, loss = self.fn(theta, self.buffers, xb, yb, self.has_data)
+        return grads, loss
+
+
+def team_ids(fed: Federation) -> torch.Tensor:
+    """Team of every client as 0..M-1 (one team of everybody where ``fed.teams`` is None)."""
+    if fed.teams is None:
+        return torch.zeros(fed.num_clients, dtype=torch.long, device=fed.device)
+    teams = np.asarray(fed.teams)
+    if teams.shape != (fed.num_clients,):
+        raise ValueError(f"fed.teams has shape {teams.shape}, expected ({fed.num_clients},)")
+    _, inverse = np.unique(teams, return_inverse=True)
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long, device=fed.device)
+
+
+@dataclass(frozen=True)
+class PFedMT:
+    team_iterations: int = 30
+    local_iterations: int = 20
+    alpha: float = 0.01
+    eta: float = 0.03
+    lam: float = 15.0
+    gamma: float = 1.0
+    beta: float = 1.0
+    global_step: str = "eq4"
+    weighting: str = "samples"
+
+    def __post_init__(self):
+        if self.global_step not in GLOBAL_STEPS:
+            raise ValueError(f"global_step must be one of {GLOBAL_STEPS}, got {self.global_step!r}")
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
+
+    def init(self, fed: Federation, initial: Weights) -> dict:
+        n = fed.num_clients
+        personal = {k: v.unsqueeze(0).expand(n, *v.shape).clone() for k, v in initial.items()}
+        return {"global": initial, "personal": personal}  # theta_ij = w_i^{0,0} = x^0
+
+    def round(self, fed: Federation, state: dict, round_: int):
+        names = [n for n, _ in fed.model.named_parameters()]
+        x = state["global"]
+        params = {n: x[n] for n in names}
+        buffers = {n: v for n, v in x.items() if n not in params}
+        team_of = team_ids(fed)
+        A, tau = aggregation_weights(team_of, fed.data.train.counts, self.weighting)
+        gradient = _MinibatchGradient(fed, buffers, fed.local.batch_size, self.local_iterations)
+        with torch.no_grad():  # torch.func.grad works under no_grad; no autograd graph across steps
+            x_params, theta, loss = pfedmt_round(
+                params, team_of, A, tau, gradient,
+                team_iterations=self.team_iterations, local_iterations=self.local_iterations,
+                alpha=self.alpha, eta=self.eta, lam=self.lam, gamma=self.gamma, beta=self.beta,
+                global_step=self.global_step,
+            )
+        if not theta:  # K = 0: nothing trained this round
+            theta = {n: state["personal"][n] for n in names}
+        personal = {**state["personal"], **theta}
+        if loss is None:
+            loss = torch.zeros(fed.num_clients, device=fed.device)
+        return {"global": {**x, **x_params}, "personal": personal}, loss
+
+    def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
+        return state["personal"]
+
+    def global_model(self, fed: Federation, state: dict) -> Weights:
+        return state["global"]
+
+
+@ALGORITHMS.register("pfedmt")
+def pfedmt(
+    *,
+    team_iterations: int = 30,
+    local_iterations: int = 20,
+    alpha: float = 0.01,
+    eta: float = 0.03,
+    lam: float = 15.0,
+    gamma: float = 1.0,
+    beta: float = 1.0,
+    global_step: str = "eq4",
+    weighting: str = "samples",
+) -> PFedMT:
+    """pFedMT (Personalized Multi-tier FL, Algorithm 1): team_iterations K, local_iterations L,
+    device lr alpha, team lr eta, device/team coupling lam, team/global coupling gamma, global lr
+    beta; ``global_step`` "eq4" (code) or "algorithm1"; ``weighting`` "samples" (paper) or "uniform" (code)."""
+    return PFedMT(team_iterations, local_iterations, alpha, eta, lam, gamma, beta, global_step, weighting)

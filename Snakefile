@@ -1,7 +1,7 @@
 # fedbench: datasets -> partitions -> one training run per cell -> tables, figures, report.
 #
 #   snakemake --cores all                     everything in config/config.yaml
-#   snakemake --cores 1 partitions|encoders|train|tables
+#   snakemake --cores 1 partitions|encoders|train|tables      (tables: results, scorecard, figures)
 #   snakemake --cores 1 results/runs/<experiment>/<dataset>/<partition>/<model>/<algorithm>/seed<N>/metrics.json
 #   snakemake --report reports/fedbench.html
 
@@ -66,6 +66,7 @@ rule train:
 rule tables:
     input:
         tables=table_files(),
+        scorecard=scorecard_files(),
         curves=curve_figures(),
         relatedness=clustering_figures("adjacency"),
         umap=clustering_figures("umap"),

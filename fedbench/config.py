@@ -84,6 +84,28 @@ def check_config(config: dict) -> None:
             raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
+        _check_published_links(experiment, spec)
+    unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
+    if unknown:
+        raise ConfigError(
+            f"only_experiments: {', '.join(unknown)} not declared under 'experiments'; "
+            f"declared: {', '.join(config.get('experiments', {})) or '(none)'}"
+        )
+
+
+def _check_published_links(experiment: str, spec: dict) -> None:
+    """A ``published`` block links only algorithms (and maps only models) of the experiment's grid."""
+    block = spec.get("published")
+    if not block:
+        return
+    for axis, declared in (("rows", "algorithms"), ("models", "models")):
+        in_grid = {name for grid in spec.get("grid", []) for name in grid[declared]}
+        stray = sorted(set(block.get(axis, {})) - in_grid)
+        if stray:
+            raise ConfigError(
+                f"experiments.{experiment}.published.{axis}: {', '.join(stray)} not in the experiment's grid "
+                f"{declared} ({', '.join(sorted(in_grid))})"
+            )
 
 
 def _check_encoder_names(config: dict) -> None:
@@ -127,9 +149,13 @@ def expand_partitions(config: dict) -> list[tuple[str, str, int]]:
 
 
 def expand_cells(config: dict) -> list[Cell]:
-    """Every experiment's grid blocks (cartesian products) times every seed, without duplicates."""
+    """Every experiment's grid blocks (cartesian products) times every seed, without duplicates
+    (only the experiments listed in ``only_experiments``, where the config has that key)."""
     cells = set()
+    only = config.get("only_experiments")
     for experiment, spec in config.get("experiments", {}).items():
+        if only is not None and experiment not in only:
+            continue
         for block in spec.get("grid", []):
             for dataset, partition, model, algorithm, seed in itertools.product(
                 block["datasets"], block["partitions"], block["models"], block["algorithms"], config["seeds"]
@@ -147,6 +173,7 @@ TRAINING_DEFAULTS = {
     "weight_decay": 0.0,
     "participation": 1.0,
     "eval_every": 1,
+    "train_eval_every": None,
     "engine": "vectorised",
     "client_chunk": None,
 }

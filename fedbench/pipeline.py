@@ -78,6 +78,19 @@ def _history_row(round_: int, train_loss: float, personal, pooled) -> dict:
     return row
 
 
+def _train_scores(model, models, global_weights, data: FederatedData, everyone) -> dict:
+    """The clients' models and the global model on the training rows: train accuracy (FLT's
+    appendix tables) and the pooled training losses (pFedMe/pFedMT's loss curves)."""
+    on_train = evaluate_clients(model, models, data, data.train, everyone)
+    global_train = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.train)
+    return {
+        "train_acc_mean": float(on_train.accuracy.mean()),
+        "train_acc_var": float(on_train.accuracy.var()),
+        "train_loss_pooled": on_train.pooled_loss,
+        "global_train_loss": np.nan if global_train is None else global_train.pooled_loss,
+    }
+
+
 def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | None = None) -> dict:
     """Train and evaluate one cell; write ``metrics.json``, ``history.csv`` and ``clients.csv`` to ``out_dir``."""
     started = time.perf_counter()
@@ -116,7 +129,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     state = algorithm.init(fed, model_weights(model))
 
     everyone = torch.arange(data.num_clients, device=dev)
-    rounds, every = training["rounds"], training["eval_every"]
+    rounds, every, train_every = training["rounds"], training["eval_every"], training["train_eval_every"]
     history, per_client = [], {}
     losses = []
     log.info("cell %s on %s: %d clients, %d rounds", cell.run_dir("").lstrip("/"), dev, data.num_clients, rounds)
@@ -127,11 +140,11 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
             continue
         models = algorithm.client_models(fed, state, t)
         personal = evaluate_clients(model, models, data, data.test, everyone)
-        on_train = evaluate_clients(model, models, data, data.train, everyone)
         global_weights = algorithm.global_model(fed, state)
         pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test)
         row = _history_row(t, float(np.mean(losses)), personal, pooled)
-        row.update(train_acc_mean=float(on_train.accuracy.mean()), train_acc_var=float(on_train.accuracy.var()))
+        if train_every is None or t % train_every == 0 or t == rounds:
+            row.update(_train_scores(model, models, global_weights, data, everyone))
         clusters = getattr(algorithm, "clusters", None)
         row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
         losses.clear()
@@ -145,7 +158,8 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     history_df = pd.DataFrame(history)
     protocol = PROTOCOLS[spec["protocol"]]
     final = protocol.final(history_df)
-    final["train_accuracy"] = float(history_df.set_index("round").loc[final["round"], "train_acc_mean"])
+    train_accuracy = history_df.set_index("round").loc[final["round"], "train_acc_mean"]
+    final["train_accuracy"] = None if pd.isna(train_accuracy) else float(train_accuracy)  # unscored round
     chosen = per_client[final["round"]]
     clients_df = pd.DataFrame(
         {

@@ -23,21 +23,34 @@ class Protocol:
     variance: str | None  # across-client variance column, if the protocol has one
     pick: str  # "last" round or "max" of the accuracy column
 
-    def select_round(self, history: pd.DataFrame) -> int:
-        if self.pick == "last":
-            return int(history["round"].iloc[-1])
-        values = history[self.accuracy]
-        if values.isna().all():
-            raise ValueError(f"protocol needs column {self.accuracy!r}, which this algorithm does not produce")
-        return int(history.loc[values.idxmax(), "round"])
+    def columns(self, scored: str = "personal") -> dict[str, str | None]:
+        """History columns of the reported numbers: the protocol's own (``personal``: the models
+        clients are scored with) or the global model's on the pooled test set (``global``)."""
+        if scored == "personal":
+            return {"accuracy": self.accuracy, "macro_f1": self.macro_f1, "loss": self.loss, "variance": self.variance}
+        if scored == "global":
+            return {"accuracy": "global_acc", "macro_f1": "global_f1", "loss": "global_loss", "variance": None}
+        raise ValueError(f"scored must be 'personal' or 'global', got {scored!r}")
 
-    def final(self, history: pd.DataFrame) -> dict:
-        round_ = self.select_round(history)
+    def final(self, history: pd.DataFrame, scored: str = "personal", rounds: int | None = None) -> dict:
+        """The reported round and numbers; ``rounds=T`` looks only at the first T rounds (pFedMT's
+        "Accuracy (T = 100)" and "(T = 600)" columns come from one run)."""
+        if rounds is not None:
+            history = history[history["round"] <= rounds]
+            if history.empty:
+                raise ValueError(f"no evaluated round within the first {rounds}")
+        columns = self.columns(scored)
+        if self.pick == "last":
+            round_ = int(history["round"].iloc[-1])
+        else:
+            values = history[columns["accuracy"]]
+            if values.isna().all():
+                raise ValueError(f"protocol needs column {columns['accuracy']!r}, which this algorithm does not produce")
+            round_ = int(history.loc[values.idxmax(), "round"])
         row = history.set_index("round").loc[round_]
         out = {"round": round_}
-        for key in ("accuracy", "macro_f1", "loss", "variance"):
-            column = getattr(self, key)
-            out[key] = None if column is None or pd.isna(row[column]) else float(row[column])
+        for key, column in columns.items():
+            out[key] = None if column is None or column not in row or pd.isna(row[column]) else float(row[column])
         return out
 
 

@@ -75,6 +75,13 @@ def test_protocols_pick_their_round():
     assert PROTOCOLS["pooled_max"].final(history)["round"] == 2
     assert PROTOCOLS["global_last"].final(history)["accuracy"] == 0.25
     assert PROTOCOLS["global_last"].final(history)["variance"] is None
+    # pFedMT's columns: the personal (PM) or global (GM) model, max over the first T rounds only
+    pooled = PROTOCOLS["pooled_max"]
+    assert pooled.final(history, rounds=1) == {"round": 1, "accuracy": 0.4, "macro_f1": 0.1, "loss": 3.0, "variance": 0.1}
+    assert pooled.final(history, scored="global") == {"round": 2, "accuracy": 0.3, "macro_f1": 0.1, "loss": 1.0, "variance": None}
+    assert pooled.final(history, scored="global", rounds=3)["accuracy"] == 0.3
+    with pytest.raises(ValueError, match="scored"):
+        pooled.final(history, scored="team")
 
 
 def test_evaluation_restores_training_mode(data):
@@ -82,3 +89,43 @@ def test_evaluation_restores_training_mode(data):
     evaluate_clients(model, broadcast(model_weights(model), 2), data, data.test, torch.arange(2))
     evaluate_pooled(model, model_weights(model), data, data.test)
     assert model.training and model[1].training
+
+
+def test_macro_f1_from_confusion_matches_scikit_learn():
+    """Per-client macro-F1 from confusion matrices equals sklearn's f1_score(average="macro",
+    zero_division=0), including labels missing from y_true or y_pred; an empty client is NaN."""
+    from sklearn.metrics import confusion_matrix, f1_score
+
+    from fedbench.engine.evaluate import macro_f1_from_confusion
+
+    rng = np.random.default_rng(0)
+    cases = [(rng.integers(0, 4, n), rng.integers(0, 5, n)) for n in (1, 3, 17, 40)]
+    cases.append((np.array([2, 2, 2]), np.array([2, 2, 2])))  # one label, all right
+    cases.append((np.array([0, 1]), np.array([3, 3])))  # all wrong: F1 0
+    confusion = torch.tensor(np.stack([confusion_matrix(t, p, labels=range(5)) for t, p in cases] + [np.zeros((5, 5), int)]))
+    got = macro_f1_from_confusion(confusion)
+    want = [f1_score(t, p, average="macro", zero_division=0) for t, p in cases]
+    np.testing.assert_allclose(got[:-1], want, rtol=1e-12)
+    assert np.isnan(got[-1])
+
+
+def test_size_buckets_bound_the_padding():
+    from fedbench.engine.evaluate import size_buckets
+
+    counts = torch.tensor([5, 1000, 7, 0, 30, 2100, 9, 31, 1999])
+    groups = size_buckets(counts)
+    assert sorted(torch.cat(groups).tolist()) == list(range(len(counts)))
+    for g in groups:
+        c = counts[g]
+        assert int(c.max()) <= 2 * max(int(c.min()), 1)
+    assert all(len(g) <= 2 for g in size_buckets(counts, max_clients=2))
+
+
+def test_cross_entropy_per_row_equals_torch():
+    from fedbench.engine.evaluate import cross_entropy_per_row
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 10, generator=g) * 20
+    y = torch.randint(0, 10, (3, 7), generator=g)
+    want = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(3, 7)
+    torch.testing.assert_close(cross_entropy_per_row(logits, y), want)

@@ -187,29 +187,3 @@ def test_rejects_unknown_options():
         ALGORITHMS["pfedmt"](global_step="line12")
     with pytest.raises(ValueError):
         ALGORITHMS["pfedmt"](weighting="equal")
-
-
-def test_minibatch_gradient_matches_per_device_autograd():
-    """The vmapped device gradient equals each device's own autograd gradient of the mean cross-entropy
-    on its drawn rows (which all belong to that device's training set)."""
-    from fedbench.algorithms.pfedmt import _MinibatchGradient
-
-    data = make_data([6, 3, 9])
-    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
-    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=5, lr=0.1), seed=1)
-    names = [n for n, _ in model.named_parameters()]
-    g = torch.Generator().manual_seed(0)
-    theta = {n: torch.randn(3, *p.shape, generator=g) for n, p in model.named_parameters()}
-    fn = _MinibatchGradient(fed, {}, batch_size=5, local_iterations=2)
-    grads, loss = fn(theta, 0, 0)
-    for j in range(3):
-        pos = fn.positions[0, j]
-        assert pos.max() < data.train.counts[j]
-        rows = data.train.index[j, pos]
-        params = {n: theta[n][j].clone().requires_grad_() for n in names}
-        out = torch.func.functional_call(model, params, (data.x[rows],))
-        ref = nn.functional.cross_entropy(out, data.y[rows])
-        ref.backward()
-        torch.testing.assert_close(loss[j], ref.detach())
-        for n in names:
-            torch.testing.assert_close(grads[n][j], params[n].grad)

@@ -66,3 +66,16 @@ def test_outputs_describe_the_run(tmp_path, partition):
     assert metrics["device"] == "cpu" and metrics["wall_time_s"] > 0
     assert metrics["peak_memory"]["peak_host_rss_mb"] > 0
     assert len(clients) == 5 and clients["test_samples"].sum() > 0
+
+
+def test_train_scores_only_where_asked(tmp_path, partition):
+    """train_eval_every: training-data scores at its multiples and the last round, NaN elsewhere;
+    the pooled training losses are the per-row mean over all clients' training rows."""
+    config = json.loads(json.dumps(CONFIG))
+    config["experiments"]["tiny"]["training"].update(rounds=5, eval_every=1, train_eval_every=2)
+    run_cell(config, Cell("tiny", "digits", "dir", "mlp", "fedavg_plus", 0), partition, tmp_path)
+    history = pd.read_csv(tmp_path / "history.csv").set_index("round")
+    scored = history["train_loss_pooled"].notna()
+    assert list(history.index[scored]) == [2, 4, 5]
+    assert history["global_train_loss"].notna().tolist() == scored.tolist()
+    assert history["acc_pooled"].notna().all()

@@ -181,7 +181,8 @@ def fake_run(results: Path, algorithm: str, seed: int, accuracy: float, global_a
     pd.DataFrame(
         {"round": [2, 4], "train_loss": [1.0, 0.5], "acc_mean": [accuracy / 2, accuracy], "acc_var": [0.01, 0.01],
          "f1_mean": [0.3, 0.6], "loss_mean": [1.0, 0.5], "acc_pooled": [0.4, 0.8],
-         "global_acc": [global_accuracy] * 2, "global_f1": [None] * 2, "global_loss": [None] * 2}
+         "global_acc": [global_accuracy] * 2, "global_f1": [None] * 2, "global_loss": [None] * 2,
+         "train_loss_pooled": [0.9, 0.4], "global_train_loss": [None if global_accuracy is None else 0.7] * 2}
     ).to_csv(run / "history.csv", index=False)
     return run
 
@@ -210,12 +211,23 @@ def test_tables_mean_and_std_over_seeds(tmp_path):
 
 
 def test_figures_are_written(tmp_path):
-    from fedbench.results.figures import load_histories, plot_accuracy_curves, plot_partition_heatmap
+    from fedbench.results.figures import experiment_curves, load_histories, plot_partition_heatmap, plot_training_curves
 
     runs = [fake_run(tmp_path, algorithm, seed, 0.8, 0.7) for algorithm in ("local", "fedavg") for seed in (0, 1)]
     histories = load_histories(runs)
     assert len(histories) == 8 and {"algorithm", "seed", "acc_mean"} <= set(histories.columns)
-    plot_accuracy_curves(histories, tmp_path / "curves.png")
+    experiment = {"protocol": "pooled_max", "published": {"rows": {"fedavg": [
+        {"method": "FedAvg(GM)", "setting": "-", "scored": "global", "rounds": 2},
+        {"method": "FedAvg(GM)", "setting": "-", "scored": "global"},  # same line, other horizon
+        {"method": "FedAvg(PM)", "setting": "-"},
+    ]}}}
+    curves = experiment_curves(experiment, ["local", "fedavg"])
+    assert [(c.algorithm, c.label, c.accuracy, c.loss) for c in curves] == [
+        ("fedavg", "FedAvg(GM)", "global_acc", "global_train_loss"),
+        ("fedavg", "FedAvg(PM)", "acc_pooled", "train_loss_pooled"),
+        ("local", "local", "acc_pooled", "train_loss_pooled"),
+    ]
+    plot_training_curves(histories, tmp_path / "curves.png", curves)
     summary = {"dataset": "digits", "partition": "iid", "seed": 0, "train_class_counts": [[5, 0, 3], [1, 2, 9]]}
     (tmp_path / "p.json").write_text(json.dumps(summary))
     plot_partition_heatmap(tmp_path / "p.json", tmp_path / "heatmap.png")

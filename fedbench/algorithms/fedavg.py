@@ -7,6 +7,8 @@
   the global model for ``finetune_epochs`` local epochs; clients are scored with the
   fine-tuned models.  Fine-tuning happens at evaluation time on a copy (it never feeds
   back into training) with its own random stream, so ``eval_every`` does not change the run.
+* ``local_steps=R`` counts local work in minibatch steps instead of epochs: R plain SGD steps,
+  one fresh minibatch each (FedAvg as the pFedMe/PerMFL code runs it, ``useravg.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from fedbench.engine.weights import Weights, broadcast
 class FedAvg:
     prox_mu: float = 0.0
     finetune_epochs: int = 0
+    local_steps: int | None = None
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial}
@@ -29,7 +32,10 @@ class FedAvg:
         chosen = fed.sample_clients()
         start = broadcast(state["global"], len(chosen))
         hp = fed.with_local(prox_mu=self.prox_mu) if self.prox_mu else None
-        trained, loss = fed.train_clients(start, chosen, hp=hp, center=start)
+        if self.local_steps is not None:
+            trained, loss = fed.sgd_steps(start, chosen, self.local_steps)
+        else:
+            trained, loss = fed.train_clients(start, chosen, hp=hp, center=start)
         return {"global": fed.average(trained, chosen)}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
@@ -40,9 +46,12 @@ class FedAvg:
 
 
 @ALGORITHMS.register("fedavg")
-def fedavg() -> FedAvg:
-    """FedAvg (McMahan et al. 2017), sample-weighted aggregation."""
-    return FedAvg()
+def fedavg(*, local_steps: int | None = None) -> FedAvg:
+    """FedAvg (McMahan et al. 2017), sample-weighted aggregation; local work in epochs, or in
+    ``local_steps`` minibatch steps (the pFedMe/PerMFL code's FedAvg)."""
+    if local_steps is not None and local_steps < 1:
+        raise ValueError(f"local_steps must be >= 1, got {local_steps}")
+    return FedAvg(local_steps=local_steps)
 
 
 @ALGORITHMS.register("fedprox")

@@ -19,16 +19,16 @@ Fidelity choices (see original_code_notes.md §3.2-3.3):
   replacement* from the device's training rows with ``fed.generator`` (the code cycles an
   unshuffled DataLoader; with-replacement draws keep the sampling stateless across rounds).
   A device without training rows contributes no data gradient (only the proximal pull);
-* plain SGD (``fed.local.lr``/momentum/weight decay are not used: alpha, eta, beta are pFedMT's
-  own step sizes); loss = cross-entropy of the model's logits (the code uses NLL of log_softmax,
-  the same thing);
+* plain gradient steps (``fed.local.lr``/momentum are not used: alpha, eta, beta are pFedMT's
+  own step sizes); f_ij = cross-entropy of the model's logits (the code uses NLL of log_softmax,
+  the same thing) plus ``fed.local.weight_decay``/2 ||theta||^2 (the l2-regularised MLR);
 * personalised model of device j = theta_ij after its last local loop (code's ``local_model``),
   i.e. the devices' last loop starts from w_i^{t,K-1};
 * only parameters are trained; buffers (none in the plain ``nn.Sequential`` classifiers) are
   carried over from the global model unchanged.
 
 All devices of all teams are advanced at once: per-device parameters are stacked along a
-leading axis and ``torch.func.vmap(grad_and_value(...))`` over ``functional_call`` gives every
+leading axis and :class:`~fedbench.engine.device_gradient.MinibatchGradients` gives every
 device's minibatch gradient in one call; team models ``[M, ...]`` reach their devices by
 indexing with the team-id vector.  The update arithmetic (:func:`pfedmt_round`) takes the
 device gradient as a plug-in, so the tests run the very same code on quadratic losses.
@@ -42,10 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call, grad_and_value, vmap
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
-from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.weights import Weights
 
 GLOBAL_STEPS = ("eq4", "algorithm1")
@@ -144,37 +142,20 @@ def pfedmt_round(
     return x_new, theta, None if loss_sum is None else loss_sum / steps
 
 
-class _MinibatchGradient:
-    """Every device's cross-entropy gradient on one fresh minibatch of its own training rows."""
+def minibatch_device_gradient(fed: Federation, single: Weights, local_iterations: int) -> DeviceGradient:
+    """Every device's gradient on one fresh minibatch of its own training rows per local iteration
+    (rows for the L iterations drawn at the start of each team iteration)."""
+    oracle = fed.minibatch_gradients(single)
+    everyone = torch.arange(fed.num_clients, device=fed.device)
+    batches = None
 
-    def __init__(self, fed: Federation, buffers: Weights, batch_size: int, local_iterations: int):
-        model = fed.model
-        data = fed.data
-        self.fed, self.buffers, self.batch, self.L = fed, buffers, batch_size, local_iterations
-        self.counts = data.train.counts.cpu()
-        self.has_data = (data.train.counts > 0).to(data.x.dtype if data.x.is_floating_point() else torch.float32)
-
-        def loss_fn(params: Weights, buffers: Weights, x, y, scale):
-            logits = functional_call(model, {**params, **buffers}, (x,))
-            return F.cross_entropy(logits, y) * scale
-
-        self.fn = vmap(grad_and_value(loss_fn), in_dims=(0, None, 0, 0, 0), randomness="different")
-        self.positions = None
-
-    def _draw(self) -> torch.Tensor:
-        """Positions [L, D, B] inside each device's training rows, uniform with replacement."""
-        u = torch.rand(self.L, len(self.counts), self.batch, generator=self.fed.generator, dtype=torch.float64)
-        pos = (u * self.counts.clamp_min(1).to(torch.float64)[None, :, None]).long()
-        return pos.to(self.fed.device)
-
-    def __call__(self, theta: Weights, k: int, l: int):
+    def gradient(theta: Weights, k: int, l: int):
+        nonlocal batches
         if l == 0:
-            self.positions = self._draw()  # one draw per team iteration: [L, D, B]
-        data = self.fed.data
-        rows = torch.gather(data.train.index, 1, self.positions[l])
-        xb, yb = gather_minibatch(data.x, data.y, rows)
-        grads, loss = self.fn(theta, self.buffers, xb, yb, self.has_data)
-        return grads, loss
+            batches = oracle.draw(local_iterations, everyone, fed.generator)
+        return oracle(theta, batches[l], everyone)
+
+    return gradient
 
 
 def team_ids(fed: Federation) -> torch.Tensor:
@@ -215,10 +196,9 @@ class PFedMT:
         names = [n for n, _ in fed.model.named_parameters()]
         x = state["global"]
         params = {n: x[n] for n in names}
-        buffers = {n: v for n, v in x.items() if n not in params}
         team_of = team_ids(fed)
         A, tau = aggregation_weights(team_of, fed.data.train.counts, self.weighting)
-        gradient = _MinibatchGradient(fed, buffers, fed.local.batch_size, self.local_iterations)
+        gradient = minibatch_device_gradient(fed, x, self.local_iterations)
         with torch.no_grad():  # torch.func.grad works under no_grad; no autograd graph across steps
             x_params, theta, loss = pfedmt_round(
                 params, team_of, A, tau, gradient,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,11 @@ class ClientIndex:
         for k, a in enumerate(lists):
             padded[k, : len(a)] = a
         return cls(torch.from_numpy(padded).to(device), torch.from_numpy(counts).to(device))
+
+    @functools.cached_property
+    def union(self) -> torch.Tensor:
+        """The distinct global rows of all clients, sorted (computed once)."""
+        return torch.unique(self.index[self.mask()])
 
     def mask(self) -> torch.Tensor:
         """``[K, n_max]`` bool: True where a row holds a real sample."""

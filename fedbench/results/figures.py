@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -20,14 +20,38 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from fedbench.data.partition_file import atomic_write
+from fedbench.protocols import PROTOCOLS
+from fedbench.results.published import links
 from fedbench.results.tables import CELL_COLUMNS, order_rows
 
 PANEL_COLUMNS = ["dataset", "partition", "model"]
-CURVE_METRICS = {
-    "acc_mean": "mean client accuracy (%)",
-    "acc_pooled": "pooled client accuracy (%)",
-    "global_acc": "global model accuracy (%)",
-}
+LOSS_COLUMNS = {"personal": "train_loss_pooled", "global": "global_train_loss"}
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One line of the training-curve figure: an algorithm's personal or global model."""
+
+    algorithm: str
+    label: str
+    accuracy: str  # history column of the test accuracy
+    loss: str  # history column of the training loss
+
+
+def experiment_curves(experiment: dict, algorithms: Sequence[str]) -> list[Curve]:
+    """The lines to draw for an experiment: one per (algorithm, scored model) its published links
+    name, labelled with the paper's method name (e.g. "pFedMT(GM)", "pFedMT(PM)"), and the
+    protocol's own (personal) view of every algorithm without a link."""
+    protocol = PROTOCOLS[experiment.get("protocol", "mean_client_last")]
+    curves: dict[tuple[str, str], Curve] = {}
+    for link in links(experiment):
+        if link.algorithm in algorithms:
+            key = (link.algorithm, link.scored)
+            curves.setdefault(key, Curve(link.algorithm, link.method, protocol.columns(link.scored)["accuracy"], LOSS_COLUMNS[link.scored]))
+    for algorithm in algorithms:
+        if not any(a == algorithm for a, _ in curves):
+            curves[(algorithm, "personal")] = Curve(algorithm, algorithm, protocol.accuracy, LOSS_COLUMNS["personal"])
+    return list(curves.values())
 
 
 def load_histories(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
@@ -48,41 +72,49 @@ def _save(fig: Figure, path: str | Path, dpi: int = 120) -> None:
     atomic_write(path, lambda p: fig.savefig(p, dpi=dpi, bbox_inches="tight", format=Path(path).suffix[1:]))
 
 
-def plot_accuracy_curves(
+def plot_training_curves(
     histories: pd.DataFrame,
     path: str | Path,
-    metric: str = "acc_mean",
+    curves: Sequence[Curve],
     orders: Mapping[str, Sequence[str]] | None = None,
     title: str | None = None,
 ) -> None:
-    """Accuracy (%) against round, one panel per dataset x partition x model, one line per algorithm.
-
-    Lines are the mean over seeds; the band is ± one standard deviation over seeds.
-    """
-    data = order_rows(histories, orders).assign(value=lambda d: 100 * d[metric])
+    """Training loss and test accuracy (%) against round (pFedMT's Figure 2 layout): one row per
+    dataset x partition x model, one line per curve; lines are means over seeds, bands ± one
+    standard deviation.  Curves whose columns the runs lack (e.g. no global model) are skipped."""
+    data = order_rows(histories, orders)
     panels = list(dict.fromkeys(data[PANEL_COLUMNS].itertuples(index=False, name=None)))
-    algorithms = list(dict.fromkeys(data["algorithm"]))
-    palette = dict(zip(algorithms, sns.color_palette("colorblind", len(algorithms))))
+    frames = []
+    for curve in curves:
+        runs = data[data["algorithm"] == curve.algorithm]
+        if curve.accuracy not in runs or runs[curve.accuracy].isna().all():
+            continue
+        frames.append(runs[PANEL_COLUMNS + ["seed", "round"]].assign(
+            curve=curve.label, accuracy=100 * runs[curve.accuracy], loss=runs.get(curve.loss, np.nan),
+        ))
+    if not frames:
+        raise ValueError("none of the curves has data in these runs")
+    long = pd.concat(frames, ignore_index=True)
+    labels = list(dict.fromkeys(long["curve"]))
+    palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
     # distinct dash patterns too, so identical curves (e.g. FedProx with a tiny mu vs FedAvg) stay visible
-    dashes = dict(zip(algorithms, itertools.cycle([(1, 0), (4, 2), (1, 1.5), (6, 2, 1, 2), (3, 1)])))
-    ncols = min(3, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 3.2 * nrows + 0.6), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True).ravel()
-    for ax, panel in zip(axes, panels):
-        subset = data[(data[PANEL_COLUMNS] == pd.Series(panel, index=PANEL_COLUMNS)).all(axis=1)]
-        sns.lineplot(
-            data=subset, x="round", y="value", hue="algorithm", hue_order=algorithms, palette=palette,
-            style="algorithm", style_order=algorithms, dashes=dashes,
-            errorbar="sd", marker="o", markersize=3, ax=ax, legend=False,
-        )
-        ax.set(title=" / ".join(panel), xlabel="round", ylabel=CURVE_METRICS.get(metric, metric))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
-    handles = [Line2D([], [], color=palette[a], dashes=dashes[a], marker="o", markersize=3) for a in algorithms]
-    fig.legend(handles, algorithms, loc="outside lower center", ncols=len(algorithms), title="algorithm")
+    dashes = dict(zip(labels, itertools.cycle([(1, 0), (4, 2), (1, 1.5), (6, 2, 1, 2), (3, 1)])))
+    fig = Figure(figsize=(9.5, 3.2 * len(panels) + 0.8), layout="constrained")
+    axes = fig.subplots(len(panels), 2, squeeze=False)
+    for row, panel in zip(axes, panels):
+        subset = long[(long[PANEL_COLUMNS] == pd.Series(panel, index=PANEL_COLUMNS)).all(axis=1)]
+        few = subset["round"].nunique() <= 30
+        for ax, metric, label in ((row[0], "loss", "training loss"), (row[1], "accuracy", "test accuracy (%)")):
+            sns.lineplot(
+                data=subset.dropna(subset=[metric]), x="round", y=metric, hue="curve", hue_order=labels, palette=palette,
+                style="curve", style_order=labels, dashes=dashes, errorbar="sd",
+                marker="o" if few else None, markersize=3, ax=ax, legend=False,
+            )
+            ax.set(title=" / ".join(panel), xlabel="round", ylabel=label)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=palette[c], dashes=dashes[c]) for c in labels]
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4))
     if title:
         fig.suptitle(title)
     _save(fig, path)
@@ -121,4 +153,4 @@ def plot_partition_heatmap(summary_json: str | Path, path: str | Path, split: st
     _save(fig, path)
 
 
-__all__ = ["load_histories", "plot_accuracy_curves", "plot_partition_heatmap"]
+__all__ = ["Curve", "experiment_curves", "load_histories", "plot_partition_heatmap", "plot_training_curves"]

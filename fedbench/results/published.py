@@ -1,12 +1,16 @@
 """The papers' published numbers (config/published_results.csv) and the links from experiments to them.
 
-An experiment's ``published`` block names the paper, table, dataset and partition (and model,
-where a table has several) and, per algorithm of the experiment, the published ``method`` and
-``setting``; together they select that algorithm's rows of the tidy CSV.
+An experiment's ``published`` block names the paper, table, dataset and partition (and the
+paper's model, or a ``models`` map from config model names to the paper's, where a table has
+several) and, per algorithm of the experiment, one link or a list of links.  A link names the
+published ``method`` and ``setting`` and, optionally, which numbers of the run it is compared
+with: ``scored`` (``personal``, the protocol's own, or ``global``, the global model's) and
+``rounds`` (only the first T rounds count, e.g. pFedMT's T = 100 and T = 600 columns).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -14,18 +18,39 @@ import pandas as pd
 PUBLISHED_CSV = Path(__file__).resolve().parents[2] / "config" / "published_results.csv"
 
 
+@dataclass(frozen=True)
+class Link:
+    algorithm: str
+    method: str
+    setting: str
+    scored: str = "personal"
+    rounds: int | None = None
+
+
 def load_published(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
     return pd.read_csv(path, dtype={"model": str, "setting": str}, keep_default_na=False, na_values={"value": [""], "std": [""]})
 
 
-def published_rows(experiment: dict, algorithm: str, published: pd.DataFrame) -> pd.DataFrame:
-    """The published rows (all metrics) of ``algorithm`` in ``experiment``; empty if it has no link."""
-    link = experiment.get("published")
-    if not link or algorithm not in link["rows"]:
-        return published.iloc[0:0]
-    row = link["rows"][algorithm]
-    keys = {k: link[k] for k in ("paper", "table", "dataset", "partition", "model") if k in link}
-    keys.update(method=row["method"], setting=row["setting"])
+def links(experiment: dict) -> list[Link]:
+    """Every link of an experiment's ``published`` block, in the config's order (none without one)."""
+    block = experiment.get("published")
+    if not block:
+        return []
+    out = []
+    for algorithm, entries in block["rows"].items():
+        for entry in entries if isinstance(entries, list) else [entries]:
+            out.append(Link(algorithm, **entry))
+    return out
+
+
+def published_rows(experiment: dict, link: Link, published: pd.DataFrame, model: str | None = None) -> pd.DataFrame:
+    """The published rows (all metrics) of ``link``; ``model`` (a config model name) picks the
+    paper's model through the block's ``models`` map where it has one."""
+    block = experiment["published"]
+    keys = {k: block[k] for k in ("paper", "table", "dataset", "partition", "model") if k in block}
+    if model is not None and model in block.get("models", {}):
+        keys["model"] = block["models"][model]
+    keys.update(method=link.method, setting=link.setting)
     mask = pd.Series(True, index=published.index)
     for column, value in keys.items():
         mask &= published[column] == value

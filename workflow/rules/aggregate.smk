@@ -129,3 +129,33 @@ rule assignments_figure:
         "../../envs/fedbench.yaml"
     script:
         "../scripts/clustering_figure.py"
+
+
+rule scorecard:
+    input:
+        metrics=all_runs("metrics.json"),
+        histories=all_runs("history.csv"),
+        published="config/published_results.csv",
+        code=results_sources(),
+    output:
+        csv=report(
+            f"{RESULTS}/tables/scorecard.csv",
+            caption="../report/scorecard.rst",
+            category="Tables",
+            labels={"table": "scorecard", "format": "CSV"},
+        ),
+        md=report(
+            f"{RESULTS}/tables/scorecard.md",
+            caption="../report/scorecard.rst",
+            category="Tables",
+            labels={"table": "scorecard", "format": "Markdown"},
+        ),
+    log:
+        "logs/tables/scorecard.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/scorecard.py"

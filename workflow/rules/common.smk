@@ -72,6 +72,12 @@ def table_files():
     return [f"{RESULTS}/tables/results.{ext}" for ext in ("csv", "md")] if CELLS else []
 
 
+def scorecard_files():
+    """The paper-vs-reproduction scorecard, when an experiment with cells links to published numbers."""
+    linked = {cell.experiment for cell in CELLS if config["experiments"][cell.experiment].get("published")}
+    return [f"{RESULTS}/tables/scorecard.{ext}" for ext in ("csv", "md")] if linked else []
+
+
 # ---- per-job settings (the params rerun trigger compares these) ---------------------
 
 

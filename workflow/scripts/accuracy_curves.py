@@ -1,4 +1,5 @@
-"""Rule ``accuracy_curves``: the protocol's accuracy against round for one experiment, mean ± std over seeds."""
+"""Rule ``accuracy_curves``: training loss and test accuracy against round for one experiment
+(the global and personalised models its published links name), mean ± std over seeds."""
 
 import os
 
@@ -7,16 +8,17 @@ from common import config_orders, log_to
 smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
 
-from fedbench.protocols import PROTOCOLS  # noqa: E402
-from fedbench.results.figures import load_histories, plot_accuracy_curves  # noqa: E402
+from fedbench.results.figures import experiment_curves, load_histories, plot_training_curves  # noqa: E402
 
-experiment = smk.wildcards.experiment
+name = smk.wildcards.experiment
+experiment = smk.config["experiments"][name]
 histories = load_histories(sorted({os.path.dirname(path) for path in smk.input.histories}))
-protocol = smk.config["experiments"][experiment].get("protocol", "mean_client_last")
-plot_accuracy_curves(
+curves = experiment_curves(experiment, list(dict.fromkeys(histories["algorithm"])))
+plot_training_curves(
     histories,
     smk.output.png,
-    metric=PROTOCOLS[protocol].accuracy,  # the history column the protocol reports
+    curves,
     orders=config_orders(smk.config),
-    title=f"experiment {experiment} (protocol {protocol})",
+    title=f"experiment {name} (protocol {experiment.get('protocol', 'mean_client_last')})",
 )
+print(f"{len(curves)} curves: {', '.join(c.label for c in curves)}")

@@ -1,0 +1,90 @@
+"""Per-FedAvg, first-order (Fallah, Mokhtari & Ozdaglar, NeurIPS 2020, Algorithm 1 with the FO
+approximation of Sec. 4).
+
+Every round the sampled clients start from the global model w and run R local rounds; each uses
+two fresh minibatches D, D':
+
+  temp  = theta - alpha grad f_i(theta; D)          (inner adaptation step, alpha = ``fed.local.lr``)
+  theta <- theta - beta grad f_i(temp; D')          (first-order meta step)
+
+and the server averages the clients' theta (sample-weighted, as ``serverperavg.py``).
+
+The personalised model (PM) every client is scored with is the global model after one step of
+adaptation, computed at evaluation time on a copy with its own random stream:
+
+* ``adaptation="paper"`` (default; Fallah et al. Sec. 3): one alpha-step on a minibatch of the
+  client's *training* data;
+* ``adaptation="code"`` (pFedMe repository, ``userperavg.train_one_step``): an alpha-step then a
+  beta-step, on two minibatches of the client's *test* data (the test data leak into the model
+  that is then tested on them; offered to reproduce the published numbers, documented in
+  docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.engine.weights import Weights, broadcast, parameter_names
+
+ADAPTATIONS = ("paper", "code")
+
+
+@dataclass(frozen=True)
+class PerFedAvg:
+    beta: float = 0.001
+    local_steps: int = 20
+    adaptation: str = "paper"
+
+    def init(self, fed: Federation, initial: Weights) -> dict:
+        return {"global": initial}
+
+    def round(self, fed: Federation, state: dict, round_: int):
+        x = state["global"]
+        names = parameter_names(fed.model)
+        chosen = fed.sample_clients()
+        oracle = fed.minibatch_gradients(x)
+        theta = broadcast({n: x[n] for n in names}, len(chosen))
+        batches = oracle.draw(2 * self.local_steps, chosen, fed.generator)
+        loss_sum = torch.zeros(len(chosen), device=fed.device)
+        with torch.no_grad():
+            for r in range(self.local_steps):
+                grads, loss = oracle(theta, batches[2 * r], chosen)
+                temp = dict(zip(names, torch._foreach_add(list(theta.values()), [grads[n] for n in names], alpha=-fed.local.lr)))
+                meta, _ = oracle(temp, batches[2 * r + 1], chosen)
+                torch._foreach_add_(list(theta.values()), [meta[n] for n in names], alpha=-self.beta)
+                loss_sum += loss
+        new_global = fed.average({**broadcast(x, len(chosen)), **theta}, chosen)
+        return {"global": new_global}, loss_sum / max(self.local_steps, 1)
+
+    def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
+        """The global model after one step of adaptation on every client (see module docstring)."""
+        x = state["global"]
+        names = parameter_names(fed.model)
+        everyone = torch.arange(fed.num_clients, device=fed.device)
+        split, steps = ("train", (fed.local.lr,)) if self.adaptation == "paper" else ("test", (fed.local.lr, self.beta))
+        oracle = fed.minibatch_gradients(x, split=split)
+        batches = oracle.draw(len(steps), everyone, fed.eval_generator(round_))
+        theta = broadcast({n: x[n] for n in names}, fed.num_clients)
+        with torch.no_grad():
+            for s, lr in enumerate(steps):
+                grads, _ = oracle(theta, batches[s], everyone)
+                torch._foreach_add_(list(theta.values()), [grads[n] for n in names], alpha=-lr)
+        return {**broadcast(x, fed.num_clients), **theta}
+
+    def global_model(self, fed: Federation, state: dict) -> Weights:
+        return state["global"]
+
+
+@ALGORITHMS.register("perfedavg")
+def perfedavg(*, beta: float = 0.001, local_steps: int = 20, adaptation: str = "paper") -> PerFedAvg:
+    """Per-FedAvg (FO): meta step size ``beta`` (the pFedMe repository's README value), inner step
+    ``training.lr``, ``local_steps`` local rounds; ``adaptation`` "paper" (one step on training
+    data) or "code" (two steps on test data, the pFedMe repository)."""
+    if adaptation not in ADAPTATIONS:
+        raise ValueError(f"adaptation must be one of {ADAPTATIONS}, got {adaptation!r}")
+    if local_steps < 1:
+        raise ValueError(f"local_steps must be >= 1, got {local_steps}")
+    return PerFedAvg(beta, local_steps, adaptation)

@@ -1,0 +1,88 @@
+"""pFedMe — Personalized FL with Moreau envelopes (Dinh, Tran & Nguyen, NeurIPS 2020, Algorithm 1).
+
+Every round t, every client i starts from the global model, w_i = theta_i = w^t, and runs R
+local rounds; each draws ONE minibatch D and approximately solves the personalisation problem
+(Eq. 7) with K gradient steps at personal learning rate ``personal_lr``:
+
+  theta_i <- theta_i - personal_lr (grad f_i(theta_i; D) + lam (theta_i - w_i)),
+
+then takes the local step on the Moreau envelope (Eq. 8, lr eta = ``fed.local.lr``):
+
+  w_i <- w_i - eta lam (w_i - theta_i).
+
+theta_i persists across the R local rounds (it is not reset to w_i).  The server samples the
+clients S (``participation``) and moves the global model by beta (Eq. 9-10):
+
+  w^{t+1} = (1 - beta) w^t + beta sum_{i in S} n_i / n_S w_i.
+
+As the authors' code (``userpFedMe.py``, ``serverpFedMe.py``) every client trains every round;
+sampling only decides whose w_i are averaged.  The personalised model (PM) of client i is
+theta_i after its last local round; the global model (GM) is w.  The code's mu theta term
+(mu = 0.001, the "l2-regularised" MLR) is ``weight_decay`` in the training settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.engine.weights import Weights, broadcast, parameter_names, rows
+
+
+@dataclass(frozen=True)
+class PFedMe:
+    lam: float = 15.0
+    personal_lr: float = 0.09
+    inner_steps: int = 5
+    local_steps: int = 20
+    beta: float = 1.0
+
+    def init(self, fed: Federation, initial: Weights) -> dict:
+        return {"global": initial, "personal": broadcast(initial, fed.num_clients)}
+
+    def round(self, fed: Federation, state: dict, round_: int):
+        x = state["global"]
+        names = parameter_names(fed.model)
+        everyone = torch.arange(fed.num_clients, device=fed.device)
+        oracle = fed.minibatch_gradients(x)
+        w = broadcast({n: x[n] for n in names}, fed.num_clients)
+        theta = {n: v.clone() for n, v in w.items()}
+        th, wl = list(theta.values()), list(w.values())
+        batches = oracle.draw(self.local_steps, everyone, fed.generator)
+        loss_sum = torch.zeros(fed.num_clients, device=fed.device)
+        pull, eta = self.personal_lr * self.lam, fed.local.lr * self.lam
+        with torch.no_grad():
+            for r in range(self.local_steps):
+                for _ in range(self.inner_steps):
+                    grads, loss = oracle(theta, batches[r], everyone)
+                    # theta <- (1 - lr lam) theta + lr lam w - lr grad   (Eq. 7 by K gradient steps)
+                    torch._foreach_lerp_(th, wl, pull)
+                    torch._foreach_add_(th, [grads[n] for n in theta], alpha=-self.personal_lr)
+                    loss_sum += loss
+                torch._foreach_lerp_(wl, th, eta)  # w <- w - eta lam (w - theta)   (Eq. 8)
+            chosen = fed.sample_clients()
+            average = fed.average(rows(w, chosen), chosen)
+            new_global = {n: torch.lerp(x[n], average[n], self.beta) for n in names}  # Eq. 10
+        steps = max(self.local_steps * self.inner_steps, 1)
+        personal = {**state["personal"], **theta}
+        return {"global": {**x, **new_global}, "personal": personal}, loss_sum / steps
+
+    def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
+        return state["personal"]
+
+    def global_model(self, fed: Federation, state: dict) -> Weights:
+        return state["global"]
+
+
+@ALGORITHMS.register("pfedme")
+def pfedme(
+    *, lam: float = 15.0, personal_lr: float = 0.09, inner_steps: int = 5, local_steps: int = 20, beta: float = 1.0
+) -> PFedMe:
+    """pFedMe (Dinh et al. 2020): ``inner_steps`` K personal steps at ``personal_lr`` per local
+    round, ``local_steps`` R local rounds, Moreau coupling ``lam``, server mixing ``beta``
+    (defaults: the pFedMe repository's main.py)."""
+    if inner_steps < 1 or local_steps < 1:
+        raise ValueError("inner_steps and local_steps must be >= 1")
+    return PFedMe(lam, personal_lr, inner_steps, local_steps, beta)

@@ -1,0 +1,68 @@
+"""The per-client minibatch gradient oracle of the Moreau-envelope family."""
+
+import pytest
+import torch
+from conftest import make_data
+from torch import nn
+
+from fedbench.engine.device_gradient import MinibatchGradients
+
+MODELS = {
+    "mlr": lambda: nn.Sequential(nn.Flatten(), nn.Linear(5, 3)),
+    "mlp": lambda: nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)),
+    "tanh (vmap path)": lambda: nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3)),
+}
+
+
+@pytest.mark.parametrize("hand_written", [True, False])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_gradient_matches_each_clients_autograd(name, hand_written):
+    """Every client's gradient (both code paths) equals its own autograd gradient of the mean
+    cross-entropy + wd/2 ||theta||^2 on the drawn rows, which all belong to that client."""
+    torch.manual_seed(0)
+    data = make_data([6, 3, 9])
+    model = MODELS[name]()
+    names = [n for n, _ in model.named_parameters()]
+    g = torch.Generator().manual_seed(0)
+    theta = {n: torch.randn(3, *p.shape, generator=g) for n, p in model.named_parameters()}
+    oracle = MinibatchGradients(model, data, data.train, batch_size=5, weight_decay=0.1, hand_written=hand_written)
+    clients = torch.arange(3)
+    batches = oracle.draw(2, clients, g)
+    rows = batches.rows
+    assert rows.shape == (2, 3, 5) and batches.x.shape == (2, 3, 5, 5) and len(batches) == 2
+    assert torch.equal(batches.x[1, 2], data.x[rows[1, 2]]) and torch.equal(batches.y[1, 2], data.y[rows[1, 2]])
+    grads, loss = oracle(theta, batches[1], clients)
+    for j in range(3):
+        own = set(data.train.index[j, : data.train.counts[j]].tolist())
+        assert set(rows[:, j].flatten().tolist()) <= own
+        params = {n: theta[n][j].clone().requires_grad_() for n in names}
+        out = torch.func.functional_call(model, params, (data.x[rows[1, j]],))
+        ce = nn.functional.cross_entropy(out, data.y[rows[1, j]])
+        (ce + 0.05 * sum((p**2).sum() for p in params.values())).backward()
+        torch.testing.assert_close(loss[j], ce.detach())
+        for n in names:
+            torch.testing.assert_close(grads[n][j], params[n].grad)
+
+
+def test_client_without_rows_gets_only_the_weight_decay():
+    data = make_data([4, 0, 5])
+    model = MODELS["mlr"]()
+    theta = {n: torch.ones(3, *p.shape) for n, p in model.named_parameters()}
+    oracle = MinibatchGradients(model, data, data.train, batch_size=2, weight_decay=0.5)
+    clients = torch.arange(3)
+    grads, loss = oracle(theta, oracle.draw(1, clients, torch.Generator().manual_seed(1))[0], clients)
+    assert loss[1] == 0
+    for g in grads.values():
+        torch.testing.assert_close(g[1], torch.full_like(g[1], 0.5))
+
+
+def test_draws_are_deterministic_per_generator_and_cover_subsets_of_clients():
+    data = make_data([6, 3, 9, 2])
+    oracle = MinibatchGradients(MODELS["mlr"](), data, data.test, batch_size=3)
+    clients = torch.tensor([1, 3])
+    a = oracle.draw(4, clients, torch.Generator().manual_seed(7)).rows
+    b = oracle.draw(4, clients, torch.Generator().manual_seed(7)).rows
+    assert torch.equal(a, b)
+    for c, client in enumerate(clients.tolist()):
+        own = set(data.test.index[client, : data.test.counts[client]].tolist())
+        assert set(a[:, c].flatten().tolist()) <= own

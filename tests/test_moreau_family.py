@@ -1,0 +1,185 @@
+"""pFedMe, Per-FedAvg and FedAvg in minibatch steps, checked by hand on quadratic client losses.
+
+The algorithms run unchanged; only the gradient oracle is swapped for f_i(theta) = 1/2 ||theta - c_i||^2
+(gradient theta - c_i), so every iterate has a closed form.
+"""
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_data, make_federation
+from torch import nn
+
+from fedbench.algorithms import ALGORITHMS
+from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.weights import model_weights
+
+DT = torch.float64
+
+
+class Point(nn.Module):
+    """A model that is one parameter vector ``p`` (only the oracle reads it)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.p = nn.Parameter(torch.zeros(dim, dtype=DT))
+
+
+class QuadraticOracle:
+    """Stands in for MinibatchGradients: grad f_i(theta) = theta - c_i; records the splits asked for."""
+
+    def __init__(self, c: torch.Tensor, calls: list):
+        self.c, self.calls = c, calls
+
+    def draw(self, steps, clients, generator):
+        return torch.zeros(steps, len(clients), 1, dtype=torch.long)
+
+    def __call__(self, params, rows, clients):
+        return {"p": params["p"] - self.c[clients]}, torch.zeros(len(clients), dtype=DT)
+
+
+def quadratic_federation(sizes, c, x0, lr=0.1, participation=1.0):
+    data = make_data(sizes)
+    model = Point(c.shape[1])
+    with torch.no_grad():
+        model.p.copy_(x0)
+    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=1, lr=lr), participation=participation)
+    calls = []
+    fed.minibatch_gradients = lambda single, split="train": calls.append(split) or QuadraticOracle(c, calls)
+    return fed, model_weights(model), calls
+
+
+@pytest.fixture
+def problem():
+    g = torch.Generator().manual_seed(0)
+    c = torch.randn(3, 2, generator=g, dtype=DT) * 2
+    x0 = torch.randn(2, generator=g, dtype=DT)
+    sizes = [2, 5, 3]
+    weights = torch.tensor(sizes, dtype=DT) / sum(sizes)
+    return c, x0, sizes, weights
+
+
+def test_pfedme_one_round_by_hand(problem):
+    """K = 1, R = 1 from theta = w = x:  theta = x - pl (x - c);  w = x - eta lam (x - theta) = x - eta lam pl (x - c);
+    x' = (1 - beta) x + beta sum_i n_i/n w_i."""
+    c, x0, sizes, p = problem
+    lam, pl, eta, beta = 2.0, 0.1, 0.05, 0.7
+    fed, initial, _ = quadratic_federation(sizes, c, x0, lr=eta)
+    algo = ALGORITHMS["pfedme"](lam=lam, personal_lr=pl, inner_steps=1, local_steps=1, beta=beta)
+    state, _ = algo.round(fed, algo.init(fed, initial), 1)
+    theta = x0 - pl * (x0 - c)
+    w = x0 - eta * lam * pl * (x0 - c)
+    torch.testing.assert_close(state["personal"]["p"], theta)
+    torch.testing.assert_close(state["global"]["p"], (1 - beta) * x0 + beta * (p[:, None] * w).sum(0))
+
+
+def test_pfedme_theta_persists_across_local_rounds(problem):
+    """R = 2, K = 1: the second personal step starts from the first theta, not from w."""
+    c, x0, sizes, _ = problem
+    lam, pl, eta = 2.0, 0.1, 0.05
+    fed, initial, _ = quadratic_federation(sizes, c, x0, lr=eta)
+    algo = ALGORITHMS["pfedme"](lam=lam, personal_lr=pl, inner_steps=1, local_steps=2, beta=1.0)
+    state, _ = algo.round(fed, algo.init(fed, initial), 1)
+    theta1 = x0 - pl * (x0 - c)
+    w1 = x0 - eta * lam * (x0 - theta1)
+    theta2 = theta1 - pl * ((theta1 - c) + lam * (theta1 - w1))
+    torch.testing.assert_close(state["personal"]["p"], theta2)
+
+
+def test_pfedme_global_converges_to_the_sample_weighted_mean(problem):
+    """Every client's round is the same affine map of x towards c_i, so the fixed point of
+    x = (1 - beta) x + beta sum_i p_i w_i(x) is x* = sum_i p_i c_i."""
+    c, x0, sizes, p = problem
+    fed, initial, _ = quadratic_federation(sizes, c, x0, lr=0.05)
+    algo = ALGORITHMS["pfedme"](lam=5.0, personal_lr=0.05, inner_steps=5, local_steps=10, beta=1.0)
+    state = algo.init(fed, initial)
+    for t in range(300):
+        state, _ = algo.round(fed, state, t)
+    torch.testing.assert_close(state["global"]["p"], (p[:, None] * c).sum(0))
+
+
+def test_perfedavg_one_round_and_adaptation_by_hand(problem):
+    """R = 1: temp = x - alpha (x - c); theta = x - beta grad f(temp) = x - beta (1 - alpha)(x - c).
+    Personalisation ("paper"): one alpha-step from x on training data; ("code"): an alpha-step then a
+    beta-step, on test data."""
+    c, x0, sizes, p = problem
+    alpha, beta = 0.2, 0.3
+    fed, initial, calls = quadratic_federation(sizes, c, x0, lr=alpha)
+    algo = ALGORITHMS["perfedavg"](beta=beta, local_steps=1)
+    state, _ = algo.round(fed, algo.init(fed, initial), 1)
+    x1 = (p[:, None] * (x0 - beta * (1 - alpha) * (x0 - c))).sum(0)
+    torch.testing.assert_close(state["global"]["p"], x1)
+    assert calls == ["train"]
+    torch.testing.assert_close(algo.client_models(fed, state, 1)["p"], x1 - alpha * (x1 - c))
+    assert calls[-1] == "train"
+    code = ALGORITHMS["perfedavg"](beta=beta, local_steps=1, adaptation="code")
+    one = x1 - alpha * (x1 - c)
+    torch.testing.assert_close(code.client_models(fed, state, 1)["p"], one - beta * (one - c))
+    assert calls[-1] == "test"
+
+
+def test_fedavg_in_steps_with_one_client_is_plain_sgd(problem):
+    """One client, R steps of lr: x_R = c + (1 - lr)^R (x - c) (one client FedAvg = SGD)."""
+    c, x0, _, _ = problem
+    fed, initial, _ = quadratic_federation([4], c[:1], x0, lr=0.1)
+    algo = ALGORITHMS["fedavg"](local_steps=7)
+    state, _ = algo.round(fed, algo.init(fed, initial), 1)
+    torch.testing.assert_close(state["global"]["p"], c[0] + 0.9**7 * (x0 - c[0]))
+
+
+@pytest.mark.parametrize("method", ["pfedme", "perfedavg", "fedavg"])
+def test_runs_on_real_data_are_deterministic_and_learn(method):
+    """MLR on a tiny federation through the real gradient oracle: same seed, same numbers; training helps."""
+    from fedbench.engine.evaluate import evaluate_clients
+
+    params = {"fedavg": {"local_steps": 5}, "perfedavg": {"beta": 0.05, "local_steps": 5}, "pfedme": {"personal_lr": 0.05, "beta": 1.0}}[method]
+    data = make_data([30, 12, 25, 40], num_classes=3)
+    everyone = torch.arange(4)
+
+    def run():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+        fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=8, lr=0.1, weight_decay=0.001), participation=0.5, seed=4)
+        algo = ALGORITHMS[method](**params)
+        state = algo.init(fed, model_weights(model))
+        before = evaluate_clients(model, algo.client_models(fed, state, 0), data, data.train, everyone).pooled_loss
+        for t in range(1, 16):
+            state, loss = algo.round(fed, state, t)
+            assert torch.isfinite(loss).all()
+        after = evaluate_clients(model, algo.client_models(fed, state, 15), data, data.train, everyone).pooled_loss
+        return state, before, after
+
+    state, before, after = run()
+    again, _, _ = run()
+    assert after < before
+    for k, v in state["global"].items():
+        torch.testing.assert_close(again["global"][k], v, rtol=0, atol=0)
+
+
+def test_mlr_with_l2_is_convex():
+    """The l2-regularised MLR objective (cross-entropy + wd/2 ||theta||^2) has a positive definite
+    Hessian (smallest eigenvalue >= wd) at random points, and satisfies the convexity inequality."""
+    from fedbench.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model({"arch": "mlr"}, (6,), 4).double()
+    x, y = torch.randn(40, 6, dtype=DT), torch.randint(0, 4, (40,))
+    shapes = [(n, p.shape) for n, p in model.named_parameters()]
+    wd = 0.01
+
+    def objective(flat):
+        params, i = {}, 0
+        for n, shape in shapes:
+            params[n] = flat[i : i + shape.numel()].view(shape)
+            i += shape.numel()
+        logits = torch.func.functional_call(model, params, (x,))
+        return nn.functional.cross_entropy(logits, y) + wd / 2 * flat.pow(2).sum()
+
+    size = sum(s.numel() for _, s in shapes)
+    points = [torch.randn(size, dtype=DT) * 3 for _ in range(4)]
+    for point in points:
+        hessian = torch.autograd.functional.hessian(objective, point)
+        assert torch.linalg.eigvalsh(hessian).min() >= wd - 1e-9
+    for a, b in zip(points, points[1:]):
+        for t in np.linspace(0, 1, 7):
+            assert objective(t * a + (1 - t) * b) <= t * objective(a) + (1 - t) * objective(b) + 1e-12

@@ -183,3 +183,31 @@ def test_mlr_with_l2_is_convex():
     for a, b in zip(points, points[1:]):
         for t in np.linspace(0, 1, 7):
             assert objective(t * a + (1 - t) * b) <= t * objective(a) + (1 - t) * objective(b) + 1e-12
+
+
+def test_mnist_half_of_the_grid_runs_on_an_idx_fixture(tmp_path):
+    """The MNIST cells of config/experiments/pfedmt.yaml (pFedMe's label-pair partition in teams,
+    pFedMe's CNN, pFedMT and pFedMe) run end to end on tiny files in MNIST's real IDX format."""
+    from pathlib import Path
+
+    import pandas as pd
+    import yaml
+    from test_loaders import MNIST_NAMES, write_mnist
+
+    from fedbench.config import Cell, check_config
+    from fedbench.pipeline import build_partition, run_cell
+
+    write_mnist(tmp_path / "data" / "MNIST" / "raw", MNIST_NAMES, 400, 100, compress=True)
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments/pfedmt.yaml").read_text())
+    config.update(data_root=str(tmp_path / "data"), device="cpu")
+    config["partitions"]["teams2x10"]["num_users"] = 4  # 2 teams x 2 devices keep the CNN small
+    config["experiments"]["mnist_cnn"]["training"].update(rounds=2, batch_size=4)
+    config["algorithms"]["pfedmt_cnn"].update(team_iterations=2, local_iterations=2)
+    config["algorithms"]["pfedme_mnist_cnn"].update(local_steps=2, inner_steps=2)
+    check_config(config)
+    build_partition(config, "mnist", "teams2x10", 0, tmp_path / "p.npz", tmp_path / "p.json")
+    for algorithm in ("pfedmt_cnn", "pfedme_mnist_cnn"):
+        metrics = run_cell(config, Cell("mnist_cnn", "mnist", "teams2x10", "cnn", algorithm, 0), tmp_path / "p.npz", tmp_path / algorithm)
+        history = pd.read_csv(tmp_path / algorithm / "history.csv")
+        assert list(history["round"]) == [1, 2] and history[["acc_pooled", "global_acc"]].notna().all().all()
+        assert metrics["num_clients"] == 4 and 0 <= metrics["final"]["accuracy"] <= 1

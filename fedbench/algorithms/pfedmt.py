@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
-from fedbench.engine.weights import Weights
+from fedbench.engine.weights import Weights, broadcast, parameter_names
 
 GLOBAL_STEPS = ("eq4", "algorithm1")
 WEIGHTINGS = ("samples", "uniform")
@@ -115,7 +115,7 @@ def pfedmt_round(
     x_old = x
     num_teams = A.shape[0]
     # w_i^{t,0} = x^t for every team
-    w = {k: v.unsqueeze(0).expand(num_teams, *v.shape).clone() for k, v in x_old.items()}
+    w = broadcast(x_old, num_teams)
     theta: Weights = {}
     loss_sum = None
     for k in range(team_iterations):
@@ -188,12 +188,10 @@ class PFedMT:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
 
     def init(self, fed: Federation, initial: Weights) -> dict:
-        n = fed.num_clients
-        personal = {k: v.unsqueeze(0).expand(n, *v.shape).clone() for k, v in initial.items()}
-        return {"global": initial, "personal": personal}  # theta_ij = w_i^{0,0} = x^0
+        return {"global": initial, "personal": broadcast(initial, fed.num_clients)}  # theta_ij = w_i^{0,0} = x^0
 
     def round(self, fed: Federation, state: dict, round_: int):
-        names = [n for n, _ in fed.model.named_parameters()]
+        names = parameter_names(fed.model)
         x = state["global"]
         params = {n: x[n] for n in names}
         team_of = team_ids(fed)

@@ -135,7 +135,7 @@ rule scorecard:
     input:
         metrics=all_runs("metrics.json"),
         histories=all_runs("history.csv"),
-        published="config/published_results.csv",
+        published=PUBLISHED_CSV,
         code=results_sources(),
     output:
         csv=report(

@@ -9,6 +9,7 @@ from fedbench.config import expand_cells, expand_partitions
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)
+PUBLISHED_CSV = os.path.join(workflow.basedir, "config", "published_results.csv")  # the papers' numbers
 
 
 # ---- names --------------------------------------------------------------------------

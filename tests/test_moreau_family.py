@@ -125,6 +125,9 @@ def test_fedavg_in_steps_with_one_client_is_plain_sgd(problem):
     algo = ALGORITHMS["fedavg"](local_steps=7)
     state, _ = algo.round(fed, algo.init(fed, initial), 1)
     torch.testing.assert_close(state["global"]["p"], c[0] + 0.9**7 * (x0 - c[0]))
+    fed.local = LocalSGD(epochs=1, batch_size=1, lr=0.1, momentum=0.5)
+    with pytest.raises(ValueError, match="momentum"):
+        algo.round(fed, state, 2)
 
 
 @pytest.mark.parametrize("method", ["pfedme", "perfedavg", "fedavg"])

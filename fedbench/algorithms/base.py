@@ -81,6 +81,8 @@ class Federation:
     def sgd_steps(self, start: Weights, clients: torch.Tensor, steps: int) -> tuple[Weights, torch.Tensor]:
         """``steps`` plain SGD steps (lr ``local.lr``), one fresh minibatch each, from stacked ``start``
         for ``clients`` -- local work counted in minibatch steps, as the pFedMe/PerMFL code's FedAvg."""
+        if self.local.momentum:
+            raise ValueError("local work in minibatch steps (local_steps) is plain SGD; set training.momentum to 0")
         oracle = self.minibatch_gradients({k: v[0] for k, v in start.items()})
         names = parameter_names(self.model)
         theta = {n: start[n].clone() for n in names}

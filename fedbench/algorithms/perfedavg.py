@@ -56,8 +56,7 @@ class PerFedAvg:
                 meta, _ = oracle(temp, batches[2 * r + 1], chosen)
                 torch._foreach_add_(list(theta.values()), [meta[n] for n in names], alpha=-self.beta)
                 loss_sum += loss
-        new_global = fed.average({**broadcast(x, len(chosen)), **theta}, chosen)
-        return {"global": new_global}, loss_sum / max(self.local_steps, 1)
+        return {"global": {**x, **fed.average(theta, chosen)}}, loss_sum / max(self.local_steps, 1)
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
         """The global model after one step of adaptation on every client (see module docstring)."""

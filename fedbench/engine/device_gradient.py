@@ -27,7 +27,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from fedbench.engine.federated_data import ClientIndex, FederatedData
-from fedbench.engine.fused_mlp import linear_stack
+from fedbench.engine.fused_mlp import linear_stack, linear_stack_forward
 from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.weights import Weights
 
@@ -108,12 +108,8 @@ class Minibatches:
 def linear_stack_gradient(layers: list[tuple[str, str]], params: Weights, x: torch.Tensor, y: torch.Tensor):
     """Mean cross-entropy gradients of a batched Linear/ReLU stack by hand (``layers`` from
     :func:`~fedbench.engine.fused_mlp.linear_stack`): ``x`` ``[C, B, ...]``, ``y`` ``[C, B]``."""
-    acts = [x.flatten(2)]  # each layer's input, [C, B, width]
-    for i, (w, b) in enumerate(layers):
-        z = torch.baddbmm(params[b].unsqueeze(1), acts[-1], params[w].mT)
-        acts.append(z.relu_() if i < len(layers) - 1 else z)
+    acts, z = linear_stack_forward(layers, params, x)
     # softmax cross-entropy spelled out: on the CPU, log_softmax over 10 classes costs ~10x this
-    z = acts.pop()
     z = z.sub_(z.amax(-1, keepdim=True))
     target = y.unsqueeze(-1)
     dz = z.exp()

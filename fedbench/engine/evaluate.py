@@ -135,14 +135,12 @@ def evaluate_clients(
         weights = {k: v[g] for k, v in stacked.items()}
         rows = index.index[clients[g], :width]
         preds, losses = [], []
+        y = data.y[rows]
         for start in range(0, width, block):
-            r = rows[:, start : start + block]
-            logits = forward(weights, data.x[r])
-            y = data.y[r]
-            losses.append(cross_entropy_per_row(logits, y))
+            logits = forward(weights, data.x[rows[:, start : start + block]])
+            losses.append(cross_entropy_per_row(logits, y[:, start : start + block]))
             preds.append(logits.argmax(-1))
         pred, loss = torch.cat(preds, 1), torch.cat(losses, 1)
-        y = data.y[rows]
         valid = torch.arange(width, device=rows.device) < counts[:, None]
         correct[group.numpy()] = ((pred == y) & valid).sum(1).cpu().numpy()
         loss_sum[group.numpy()] = (loss * valid).sum(1).double().cpu().numpy()

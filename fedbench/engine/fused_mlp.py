@@ -35,16 +35,24 @@ def linear_stack(model: nn.Module, input_dims: int) -> list[tuple[str, str]] | N
     return [(f"{name}.weight", f"{name}.bias") for name, _ in linear]
 
 
+def linear_stack_forward(layers, params, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Batched forward of a Linear/ReLU stack over a leading client axis: every layer's input
+    ``[n, B, width]`` (the ReLU outputs, for the backward pass) and the logits."""
+    acts = [x.flatten(2)]
+    for i, (w, b) in enumerate(layers):
+        z = torch.baddbmm(params[b].unsqueeze(1), acts[-1], params[w].mT)
+        acts.append(z.relu_() if i < len(layers) - 1 else z)
+    logits = acts.pop()
+    return acts, logits
+
+
 def mlp_step(layers, x_all, y_all, params, buffers, momentum, anchor, loss_sum, idx, mask, lr, mom, wd, mu):
     """:func:`~fedbench.engine.vectorised.vmap_step` for a Linear/ReLU stack (``layers`` from :func:`linear_stack`), by hand:
     forward with ``baddbmm``, softmax cross-entropy gradient, then layer by layer from the top
     the input gradient (with the old weights) and the fused in-place SGD update."""
     x, y = gather_minibatch(x_all, y_all, idx)
-    acts = [x.flatten(2)]  # each layer's input, [n, B, width]
-    for i, (w, b) in enumerate(layers):
-        z = torch.baddbmm(params[b].unsqueeze(1), acts[-1], params[w].mT)
-        acts.append(z.relu_() if i < len(layers) - 1 else z)
-    log_p = acts.pop().log_softmax(-1)
+    acts, logits = linear_stack_forward(layers, params, x)
+    log_p = logits.log_softmax(-1)
     per_sample = mask / mask.sum(1, keepdim=True).clamp_min(1.0)  # d(masked mean) / d(sample loss)
     nll = log_p.gather(-1, y.unsqueeze(-1)).squeeze(-1).neg_()
     loss_sum.add_((nll * per_sample).sum(1))

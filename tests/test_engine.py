@@ -77,11 +77,15 @@ ALL_TERMS = LocalSGD(epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=
 NO_MOMENTUM = LocalSGD(epochs=2, batch_size=8, lr=0.1, weight_decay=1e-2, prox_mu=0.5)
 
 
+# the three step implementations of the trainer
+STEPS = {"fused": {}, "wide": {"fused_mlp": False}, "vmap": {"fused_mlp": False, "wide": False}}
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("fused_mlp", [True, False], ids=["fused", "vmap"])
+@pytest.mark.parametrize("step", list(STEPS))
 @pytest.mark.parametrize("chunk_size", [None, 3])
 @pytest.mark.parametrize("hp", [PLAIN, NO_MOMENTUM, ALL_TERMS], ids=["sgd", "wd-prox", "momentum-wd-prox"])
-def test_matches_reference(device, fused_mlp, chunk_size, hp):
+def test_matches_reference(device, step, chunk_size, hp):
     """Unequal clients (a zero-sample one, short last batches, 1 to 9 steps per epoch), 2 epochs,
     chunks that cut the step-sorted order, weight decay + prox about a separate center, with and
     without momentum."""
@@ -89,7 +93,7 @@ def test_matches_reference(device, fused_mlp, chunk_size, hp):
     model = mlp()
     data = make_data(counts, device)
     center = perturbed_start(model, len(counts), seed=7)
-    got, want, start = run_both(model, data, hp, center=center, chunk_size=chunk_size, fused_mlp=fused_mlp)
+    got, want, start = run_both(model, data, hp, center=center, chunk_size=chunk_size, **STEPS[step])
     assert_same(got, want)
     for k in start:  # training moved every client with data, and only those
         moved = (got[0][k] - start[k]).flatten(1).abs().amax(1) > 0
@@ -97,25 +101,121 @@ def test_matches_reference(device, fused_mlp, chunk_size, hp):
     assert got[1][3] == 0 and torch.all(got[1][[0, 1, 2, 4]] > 0)
 
 
-def test_generic_model_matches_reference():
-    """A model the hand-written step does not cover (Tanh) takes the vmap path."""
+@pytest.mark.parametrize("step", ["wide", "vmap"])
+def test_generic_model_matches_reference(step):
+    """A model the hand-written step does not cover (Tanh) takes the wide or the vmap path."""
     model = nn.Sequential(nn.Linear(FEATURES, 12), nn.Tanh(), nn.Linear(12, CLASSES))
-    assert not VectorisedTrainer(model, make_data([4])).fused
-    got, want, _ = run_both(model, make_data([17, 9, 30]), ALL_TERMS)
+    trainer = VectorisedTrainer(model, make_data([4]), **STEPS[step])
+    assert trainer.step_kind == step
+    got, want, _ = run_both(model, make_data([17, 9, 30]), ALL_TERMS, **STEPS[step])
     assert_same(got, want)
+
+
+# unequal clients: short last batches (10, 13, 21 and 5 are not multiples of 8; none of 1 sample,
+# which BatchNorm1d refuses in training), two clients with
+# equal counts (a shared sub-step), one client with a single short batch, one with no data
+BN_COUNTS = [21, 16, 10, 0, 13, 13, 5, 32]
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_batchnorm_matches_reference(device):
-    """BatchNorm buffers too (running stats, num_batches_tracked), with unequal clients whose
-    sample counts are multiples of the batch size, so no batch is padded."""
+@pytest.mark.parametrize("step", ["wide", "vmap"])
+@pytest.mark.parametrize("counts", [[40, 16, 24, 8], BN_COUNTS], ids=["full-batches", "short-batches"])
+def test_batchnorm_matches_reference(device, step, counts):
+    """BatchNorm buffers too (running stats, num_batches_tracked): padding never enters a batch's
+    statistics, because short batches run as sub-steps of their own."""
     model = nn.Sequential(nn.Linear(FEATURES, 10), nn.BatchNorm1d(10), nn.ReLU(), nn.Linear(10, CLASSES))
-    counts = [40, 16, 24, 8]
-    got, want, start = run_both(model, make_data(counts, device), ALL_TERMS)
+    got, want, start = run_both(model, make_data(counts, device), ALL_TERMS, **STEPS[step])
     assert_same(got, want)
-    steps = [ALL_TERMS.epochs * c // ALL_TERMS.batch_size for c in counts]
+    steps = [ALL_TERMS.epochs * math.ceil(c / ALL_TERMS.batch_size) for c in counts]
     assert got[0]["1.num_batches_tracked"].tolist() == steps
-    assert not torch.allclose(got[0]["1.running_mean"], start["1.running_mean"].to(device))
+    trained = [c > 0 for c in counts]
+    moved = (got[0]["1.running_mean"] - start["1.running_mean"].to(device)).abs().amax(1) > 0
+    assert moved.tolist() == trained
+
+
+class ResidualNet(nn.Module):
+    """A ResNet-style network: conv-BN stem, one BasicBlock with a strided 1x1 shortcut, global
+    average pooling (its own forward, with functional ReLU and a residual addition)."""
+
+    def __init__(self, channels=3, classes=CLASSES):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(channels, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU())
+        self.conv1 = nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(6)
+        self.conv2 = nn.Conv2d(6, 6, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(6)
+        self.shortcut = nn.Sequential(nn.Conv2d(4, 6, 1, stride=2, bias=False), nn.BatchNorm2d(6))
+        self.fc = nn.Linear(6, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(out, 1), 1))
+
+
+def vgg_block() -> nn.Module:
+    """A VGG-style stack: conv-BN-ReLU twice, max-pool, a BN'd classifier with dropout off."""
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+        nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(4 * 4 * 4, 12), nn.BatchNorm1d(12), nn.ReLU(), nn.Dropout(0.0), nn.Linear(12, CLASSES),
+    )
+
+
+def make_images(counts: list[int], shape=(3, 8, 8), device="cpu", seed: int = 0) -> FederatedData:
+    gen = torch.Generator().manual_seed(seed)
+    total = sum(counts)
+    x = torch.randn(total, *shape, generator=gen)
+    y = torch.randint(0, CLASSES, (total,), generator=gen)
+    index = ClientIndex.from_lists(np.split(np.arange(total), np.cumsum(counts)[:-1]), device)
+    return FederatedData(x.to(device), y.to(device), index, index, CLASSES)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("step", ["wide", "vmap"])
+@pytest.mark.parametrize("build", [ResidualNet, vgg_block], ids=["residual", "vgg"])
+def test_conv_batchnorm_matches_reference(device, step, build):
+    """Convolutional BatchNorm models, parameters and buffers, unequal clients with short last
+    batches, momentum, weight decay and prox; the wide model is what the trainer picks."""
+    model = build()
+    data = make_images(BN_COUNTS, device=device)
+    assert VectorisedTrainer(model, data, **STEPS[step]).step_kind == step
+    got, want, _ = run_both(model, data, ALL_TERMS, **STEPS[step])
+    assert_same(got, want, atol=2e-5)
+
+
+def test_step_schedule_by_hand():
+    """Counts 21, 16, 13, 13, 5 (sorted), batch 8, i.e. batches 8+8+5, 8+8, 8+5, 8+5, 5: step 0 --
+    four full batches, then the client of 5 alone; step 1 -- 21 and 16 full, the two 13s share a
+    sub-step of 5; step 2 -- 21's last 5.  Without exactness every step is one padded slice."""
+    counts = [21, 16, 13, 13, 5]
+    assert vectorised.step_schedule(counts, 8, exact=True) == [[(0, 4, 8), (4, 5, 5)], [(0, 2, 8), (2, 4, 5)], [(0, 1, 5)]]
+    assert vectorised.step_schedule(counts, 8, exact=False) == [[(0, 5, 8)], [(0, 4, 8)], [(0, 1, 8)]]
+
+
+class ChannelMixer(nn.Module):
+    """Softmax over channels mixes the folded clients: the wide model must be refused."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 1)
+        self.fc = nn.Linear(2 * 8 * 8, CLASSES)
+
+    def forward(self, x):
+        return self.fc(torch.softmax(self.conv(x), 1).flatten(1))
+
+
+@pytest.mark.parametrize(
+    "model",
+    [ChannelMixer(), nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Flatten(), nn.Linear(4 * 6 * 6, CLASSES))],
+    ids=["channel-mixing-forward", "groupnorm"],
+)
+def test_unfoldable_models_take_vmap(model):
+    trainer = VectorisedTrainer(model, make_images([9, 4]))
+    assert trainer.step_kind == "vmap"
+    got, want, _ = run_both(model, make_images([9, 4]), ALL_TERMS)
+    assert_same(got, want)
 
 
 def test_small_cpu_chunks_match_reference(monkeypatch):

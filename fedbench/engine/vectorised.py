@@ -2,20 +2,26 @@
 
 Per-client parameters are stacked along a leading axis and one minibatch per client is
 gathered from the device-resident data.  The step computes every client's gradient of
-its own masked mean loss at once and applies ``torch.optim.SGD`` to all rows in place:
+its own mean loss at once and applies ``torch.optim.SGD`` to all rows in place, by one of
 
-* generic models: ``torch.func.vmap(grad_and_value(...))`` plus fused ``torch._foreach_*``
-  updates;
 * plain ``[Flatten,] Linear, ReLU, ..., Linear`` stacks (the registry's ``mlr``/``mlp``): the
-  hand-written batched step of :mod:`fedbench.engine.fused_mlp` (about 3x faster on the CPU).
+  hand-written batched step of :mod:`fedbench.engine.fused_mlp` (about 3x faster on the CPU);
+* models built from Conv2d / Linear / BatchNorm and parameter-free layers (the papers' CNNs,
+  ResNets, VGG): the *wide* model of :mod:`fedbench.engine.wide_model` (clients folded into
+  the channel axis, the model's own forward, autograd) -- :func:`wide_step`;
+* anything else: ``torch.func.vmap(grad_and_value(...))`` -- :func:`vmap_step`;
 
-Clients are ordered by their number of steps (descending), so the clients still
-training at step s of an epoch are a prefix of the chunk: a step works on the views
-``[:n_active]`` (no per-row freezing, no device-to-host sync; the schedule is known on
-the host).  Short last batches are masked sample-wise.  The result equals
-:mod:`fedbench.engine.reference` run client by client on the same
-:class:`~fedbench.engine.batches.BatchPlan`; for BatchNorm's running statistics only
-where every batch is full (a short batch's padding would enter its batch statistics).
+then fused ``torch._foreach_*`` updates (:func:`sgd_update`).
+
+Clients are ordered by their sample counts (descending), so the clients still training at
+step s of an epoch are a prefix of the chunk: a step works on the views ``[:n_active]`` (no
+per-row freezing, no device-to-host sync; the schedule is known on the host).  Short last
+batches are masked sample-wise -- except for models with BatchNorm, whose batch statistics
+must see only real samples: there the clients whose batch is short at a step take it as
+sub-steps of their own, grouped by batch length (contiguous slices, thanks to the order).
+The result equals :mod:`fedbench.engine.reference` run client by client on the same
+:class:`~fedbench.engine.batches.BatchPlan`, BatchNorm's running statistics and
+``num_batches_tracked`` included.
 
 On CUDA, a step shape (number of active clients) that recurs is captured once per chunk
 as a CUDA graph and replayed (:mod:`fedbench.engine.step_runner`).  ``compile=True`` also
@@ -39,6 +45,7 @@ from fedbench.engine.fused_mlp import linear_stack, mlp_step
 from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.step_runner import EagerFallback, StepRunner
 from fedbench.engine.weights import Weights
+from fedbench.engine.wide_model import count_batches, has_batchnorm, wide_forward, wide_input, wide_weights, widen
 
 # default chunk of the hand-written MLP step on the CPU: at most this many bytes of parameters,
 # so that the weights streamed every step stay in cache (2-core EPYC, 32 MiB L3, 784-200-10,
@@ -51,9 +58,10 @@ class VectorisedTrainer:
 
     ``fused_mlp``: use the hand-written step for plain Linear/ReLU stacks (on the CPU its
     default chunk keeps the chunk's parameters within ``_CPU_CHUNK_BYTES``).  ``compile``:
-    ``torch.compile`` the generic vmap step (pays off over many rounds: the first call compiles
+    ``torch.compile`` the wide or vmap step (pays off over many rounds: the first call compiles
     for tens of seconds; the hand-written step is left eager, compiling it measured slower).
-    ``cuda_graphs``: replay recurring steps as CUDA graphs (CUDA only).
+    ``cuda_graphs``: replay recurring steps as CUDA graphs (CUDA only).  ``wide``: run
+    foldable models (convolutions, BatchNorm) as one wide model instead of ``vmap``.
     """
 
     def __init__(
@@ -64,18 +72,25 @@ class VectorisedTrainer:
         compile: bool = False,
         cuda_graphs: bool = True,
         fused_mlp: bool = True,
+        wide: bool = True,
     ):
         self.model = model.to(data.x.device).train()
         self.data = data
         self.param_names = [n for n, _ in model.named_parameters()]
         self.chunk_size = chunk_size
         self.cuda_graphs = cuda_graphs and data.x.device.type == "cuda"
+        self.exact_batches = has_batchnorm(self.model)  # short batches as sub-steps of their own
         layers = linear_stack(self.model, data.x.dim() - 1) if fused_mlp else None
+        folded = widen(self.model, tuple(data.x.shape[1:])) if wide and layers is None else None
+        self.step_kind = "fused_mlp" if layers is not None else "wide" if folded is not None else "vmap"
         self.fused = layers is not None
         if self.fused:
             self._step = partial(mlp_step, layers, data.x, data.y)
         else:
-            step = partial(vmap_step, vmap(grad_and_value(_masked_loss_fn(self.model)), randomness="different"), data.x, data.y)
+            if folded is not None:
+                step = partial(wide_step, folded, data.x, data.y)
+            else:
+                step = partial(vmap_step, vmap(grad_and_value(_masked_loss_fn(self.model)), randomness="different"), data.x, data.y)
             self._step = EagerFallback(step) if compile else step
 
     def train(
@@ -95,8 +110,9 @@ class VectorisedTrainer:
         self.model.train()  # dropout and BatchNorm in training mode (evaluation may have switched it)
         n = len(clients)
         size = self.chunk_size or self._default_chunk(start, n)
-        # most steps first, so that at every step the clients still training form a prefix
-        by_steps = torch.argsort(plan.steps_per_epoch, descending=True, stable=True)
+        # most samples first, so that at every step the clients still training form a prefix
+        # (and, within it, the clients with a short batch form slices of equal batch length)
+        by_steps = torch.argsort(plan.counts, descending=True, stable=True)
         out = {k: torch.empty_like(v) for k, v in start.items()}
         losses = torch.empty(n, device=device)
         for lo in range(0, n, size):
@@ -135,25 +151,30 @@ class VectorisedTrainer:
 
         batch, epochs, n = plan.batch_size, plan.epochs, len(clients)
         steps_per_epoch = plan.steps_per_epoch.tolist()  # descending
-        active = [sum(s < k for k in steps_per_epoch) for s in range(steps_per_epoch[0])]  # clients at step s
-        width = len(active) * batch
+        schedule = step_schedule(plan.counts.tolist(), batch, self.exact_batches)
+        active = [segments[0][1] if segments[0][2] == batch else 0 for segments in schedule]  # full-batch prefix
+        width = len(schedule) * batch
 
         # global row of every (epoch, step, client, slot), padded to whole batches: rows[e, s, c, :]
         order = F.pad(plan.order, (0, max(width - plan.order.shape[2], 0)))[:, :, :width].to(device)
         own_rows = self.data.train.index[clients]
         rows = torch.gather(own_rows[:, None, :].expand(-1, epochs, -1), 2, order.clamp(max=own_rows.shape[1] - 1))
-        rows = rows.view(n, epochs, len(active), batch).permute(1, 2, 0, 3).contiguous()
+        rows = rows.view(n, epochs, len(schedule), batch).permute(1, 2, 0, 3).contiguous()
         # mask[s, c, :]: 1 for real samples (all but the padding of a short last batch)
         mask = (torch.arange(width, device=device) < plan.counts.to(device)[:, None]).float()
-        mask = mask.view(n, len(active), batch).transpose(0, 1).contiguous()
+        mask = mask.view(n, len(schedule), batch).transpose(0, 1).contiguous()
 
         loss_sum = torch.zeros(n, device=device)
         state = (params, buffers, momentum, anchor, loss_sum)
         hyper = (hp.lr, hp.momentum, hp.weight_decay, hp.prox_mu)
-        runner = StepRunner(self._step, Counter(active * epochs) if self.cuda_graphs else Counter())
+        runner = StepRunner(self._step, Counter(k for k in active * epochs if k) if self.cuda_graphs else Counter())
         for e in range(epochs):
-            for s, k in enumerate(active):
-                runner.run(k, _rows(state, k), rows[e, s, :k], mask[s, :k], hyper)
+            for s, segments in enumerate(schedule):
+                for lo, hi, length in segments:
+                    if lo == 0 and length == batch:  # the recurring full-batch step (CUDA graphs)
+                        runner.run(hi, _rows(state, 0, hi), rows[e, s, :hi], mask[s, :hi], hyper)
+                    else:
+                        self._step(*_rows(state, lo, hi), rows[e, s, lo:hi, :length], mask[s, lo:hi, :length], *hyper)
         steps = torch.tensor(steps_per_epoch, device=device, dtype=torch.float32) * epochs
         return weights, loss_sum / steps.clamp_min(1)
 
@@ -167,14 +188,35 @@ def _masked_loss_fn(model: nn.Module):
     return loss
 
 
-def vmap_step(grad_fn, x_all, y_all, params, buffers, momentum, anchor, loss_sum, idx, mask, lr, mom, wd, mu):
-    """One minibatch step for all rows of ``params`` (updated in place, like ``momentum``,
-    BatchNorm ``buffers`` and ``loss_sum``): ``idx`` ``[n, B]`` global sample rows, ``mask``
-    ``[n, B]`` 1 for real samples.  ``torch.optim.SGD`` on grad + mu (p - anchor)."""
-    x, y = gather_minibatch(x_all, y_all, idx)
-    grads, loss = grad_fn(params, buffers, x, y, mask)
-    loss_sum.add_(loss)
-    p, g = list(params.values()), list(grads.values())
+def step_schedule(counts: list[int], batch: int, exact: bool) -> list[list[tuple[int, int, int]]]:
+    """Per step s of an epoch, the ``(start, stop, batch length)`` slices of the clients (sorted
+    by ``counts``, descending) that take it.  ``exact=False``: one slice, every active client,
+    short batches padded to ``batch`` (and masked).  ``exact=True``: the clients with a full
+    batch, then one slice per shorter batch length (clients with equal counts are adjacent)."""
+    steps = -(-counts[0] // batch) if counts else 0
+    schedule = []
+    for s in range(steps):
+        active = sum(c > s * batch for c in counts)
+        if not exact:
+            schedule.append([(0, active, batch)])
+            continue
+        full = sum(c >= (s + 1) * batch for c in counts)
+        segments = [(0, full, batch)] if full else []
+        lo = full
+        while lo < active:
+            hi = lo
+            while hi < active and counts[hi] == counts[lo]:
+                hi += 1
+            segments.append((lo, hi, counts[lo] - s * batch))
+            lo = hi
+        schedule.append(segments)
+    return schedule
+
+
+def sgd_update(params: Weights, grads: list[torch.Tensor], momentum, anchor, lr, mom, wd, mu) -> None:
+    """``torch.optim.SGD`` (dampening 0, no Nesterov) on grad + wd p + mu (p - anchor), in place
+    on every row of ``params`` and ``momentum``."""
+    p, g = list(params.values()), list(grads)
     if wd + mu:  # g += mu (p - anchor) + wd p, without a temporary for p - anchor
         torch._foreach_add_(g, p, alpha=wd + mu)
     if mu:
@@ -187,9 +229,38 @@ def vmap_step(grad_fn, x_all, y_all, params, buffers, momentum, anchor, loss_sum
     torch._foreach_add_(p, g, alpha=-lr)
 
 
-def _rows(state, n: int):
-    """The first ``n`` rows of every tensor in ``state`` (views)."""
+def vmap_step(grad_fn, x_all, y_all, params, buffers, momentum, anchor, loss_sum, idx, mask, lr, mom, wd, mu):
+    """One minibatch step for all rows of ``params`` (updated in place, like ``momentum``,
+    BatchNorm ``buffers`` and ``loss_sum``): ``idx`` ``[n, B]`` global sample rows, ``mask``
+    ``[n, B]`` 1 for real samples.  ``torch.optim.SGD`` on grad + mu (p - anchor)."""
+    x, y = gather_minibatch(x_all, y_all, idx)
+    grads, loss = grad_fn(params, buffers, x, y, mask)
+    loss_sum.add_(loss)
+    sgd_update(params, grads.values(), momentum, anchor, lr, mom, wd, mu)
+
+
+def wide_step(wide, x_all, y_all, params, buffers, momentum, anchor, loss_sum, idx, mask, lr, mom, wd, mu):
+    """:func:`vmap_step` through the wide model (:mod:`fedbench.engine.wide_model`): one forward of
+    all clients, autograd of the sum of their masked mean losses (each client's parameters
+    reach only its own loss), BatchNorm running statistics updated in place per client."""
+    clients = idx.shape[0]
+    x, y = wide_input(x_all, idx), y_all[idx]
+    with torch.enable_grad():
+        leaves = {k: v.requires_grad_() for k, v in wide_weights(params).items()}
+        logits = wide_forward(wide, {**leaves, **wide_weights(buffers)}, x, clients)
+        per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
+        loss = (per_sample.view(clients, -1) * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+        grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+    for leaf in leaves.values():
+        leaf.requires_grad_(False)
+    count_batches(buffers)
+    loss_sum.add_(loss.detach())
+    sgd_update(params, [g.view_as(p) for g, p in zip(grads, params.values())], momentum, anchor, lr, mom, wd, mu)
+
+
+def _rows(state, lo: int, hi: int):
+    """Rows ``lo:hi`` of every tensor in ``state`` (views)."""
     return tuple(
-        None if part is None else part[:n] if isinstance(part, torch.Tensor) else {k: v[:n] for k, v in part.items()}
+        None if part is None else part[lo:hi] if isinstance(part, torch.Tensor) else {k: v[lo:hi] for k, v in part.items()}
         for part in state
     )

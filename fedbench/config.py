@@ -85,6 +85,7 @@ def check_config(config: dict) -> None:
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
         _check_published_links(experiment, spec)
+        _check_bn_aggregation(config, experiment, spec)
     unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
     if unknown:
         raise ConfigError(
@@ -105,6 +106,21 @@ def _check_published_links(experiment: str, spec: dict) -> None:
             raise ConfigError(
                 f"experiments.{experiment}.published.{axis}: {', '.join(stray)} not in the experiment's grid "
                 f"{declared} ({', '.join(sorted(in_grid))})"
+            )
+
+
+def _check_bn_aggregation(config: dict, experiment: str, spec: dict) -> None:
+    """``training.bn_aggregation`` other than ``average`` only for algorithms that keep state local."""
+    mode = spec.get("training", {}).get("bn_aggregation", "average")
+    if mode == "average":
+        return
+    for name in sorted({a for block in spec.get("grid", []) for a in block["algorithms"]}):
+        entry = config["algorithms"][name]
+        algorithm = ALGORITHMS[entry["method"]](**{k: v for k, v in entry.items() if k != "method"})
+        if not getattr(algorithm, "keeps_local_bn", False):
+            raise ConfigError(
+                f"experiments.{experiment}.training.bn_aggregation: {mode!r} needs algorithms that keep BatchNorm "
+                f"state local; {name!r} ({entry['method']}) does not (use 'average', or the FedAvg family)"
             )
 
 
@@ -176,6 +192,7 @@ TRAINING_DEFAULTS = {
     "train_eval_every": None,
     "engine": "vectorised",
     "client_chunk": None,
+    "bn_aggregation": "average",
 }
 
 

@@ -123,6 +123,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         seed=cell.seed,
         encoders=Path(config.get("results", "results")) / "encoders",
         teams=None if "team" not in partition.groups else np.asarray(partition.groups["team"]),
+        bn_aggregation=training["bn_aggregation"],
     )
     algorithm_spec = spec["algorithm"]
     algorithm = ALGORITHMS[algorithm_spec["method"]](**{k: v for k, v in algorithm_spec.items() if k != "method"})

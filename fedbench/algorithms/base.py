@@ -3,6 +3,7 @@ server-side steps they share: client sampling, one round of local SGD, weighted 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,10 +16,18 @@ from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
-from fedbench.engine.weights import Weights, parameter_names, weighted_average
+from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
 from fedbench.registry import Registry
 
 ALGORITHMS: Registry = Registry("algorithm")
+
+# what of BatchNorm stays with each client at aggregation (``training.bn_aggregation``)
+BN_AGGREGATION = {
+    "average": "nothing: BatchNorm parameters and running statistics are averaged like every weight "
+    "(what FedAvg, FedMR's and FeMAM's code do)",
+    "local_stats": "the running statistics (running_mean, running_var, num_batches_tracked) stay local",
+    "local": "every BatchNorm parameter and statistic stays local (FedBN, Li et al. 2021, Algorithm 1)",
+}
 
 
 @dataclass
@@ -38,6 +47,11 @@ class Federation:
     seed: int
     encoders: Path = Path("results/encoders")  # where pretrained encoders (``{name}.pt``) are read from
     teams: np.ndarray | None = None  # team of every client where the partition defines teams (pFedMT's tiers)
+    bn_aggregation: str = "average"  # a key of BN_AGGREGATION
+
+    def __post_init__(self):
+        if self.bn_aggregation not in BN_AGGREGATION:
+            raise ValueError(f"bn_aggregation {self.bn_aggregation!r}; valid choices: {', '.join(BN_AGGREGATION)}")
 
     @property
     def num_clients(self) -> int:
@@ -108,6 +122,39 @@ class Federation:
     def average(self, stacked: Weights, clients: torch.Tensor) -> Weights:
         """Sample-weighted average sum_i n_i theta_i / sum_i n_i of the clients' models."""
         return weighted_average(stacked, self.data.train.counts[clients])
+
+    @functools.cached_property
+    def local_names(self) -> list[str]:
+        """The state entries that ``bn_aggregation`` keeps with each client (none by default)."""
+        if self.bn_aggregation == "average":
+            return []
+        stats = ("running_mean", "running_var", "num_batches_tracked")
+        names = []
+        for prefix, module in self.model.named_modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                kept = [n for n, _ in module.named_buffers(recurse=False)]
+                kept = [n for n in kept if n in stats]
+                if self.bn_aggregation == "local":
+                    kept += [n for n, _ in module.named_parameters(recurse=False)]
+                names += [f"{prefix}.{n}" if prefix else n for n in kept]
+        return names
+
+    def local_state(self, initial: Weights) -> Weights | None:
+        """Every client's copy of the entries kept local, from ``initial`` (None when nothing is)."""
+        return broadcast({k: initial[k] for k in self.local_names}, self.num_clients) if self.local_names else None
+
+    def with_local_state(self, stacked: Weights, clients: torch.Tensor, kept: Weights | None) -> Weights:
+        """``stacked`` (one row per client of ``clients``) with those clients' own local entries."""
+        return stacked if kept is None else {**stacked, **rows(kept, clients)}
+
+    def keep_local_state(self, kept: Weights | None, trained: Weights, clients: torch.Tensor) -> Weights | None:
+        """``kept`` with the rows of ``clients`` taken from their ``trained`` models."""
+        if kept is None:
+            return None
+        out = {k: v.clone() for k, v in kept.items()}
+        for k in out:
+            out[k][clients] = trained[k]
+        return out
 
     def with_local(self, **changes) -> LocalSGD:
         return replace(self.local, **changes)

@@ -9,11 +9,16 @@
   back into training) with its own random stream, so ``eval_every`` does not change the run.
 * ``local_steps=R`` counts local work in minibatch steps instead of epochs: R plain SGD steps,
   one fresh minibatch each (FedAvg as the pFedMe/PerMFL code runs it, ``useravg.py``).
+
+All three honour ``training.bn_aggregation`` (:data:`~fedbench.algorithms.base.BN_AGGREGATION`):
+with ``local`` this family is FedBN (Li et al. 2021, Algorithm 1).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
 from fedbench.engine.weights import Weights, broadcast
@@ -25,21 +30,25 @@ class FedAvg:
     finetune_epochs: int = 0
     local_steps: int | None = None
 
+    keeps_local_bn = True  # honours training.bn_aggregation
+
     def init(self, fed: Federation, initial: Weights) -> dict:
-        return {"global": initial}
+        return {"global": initial, "local": fed.local_state(initial)}
 
     def round(self, fed: Federation, state: dict, round_: int):
         chosen = fed.sample_clients()
-        start = broadcast(state["global"], len(chosen))
+        start = fed.with_local_state(broadcast(state["global"], len(chosen)), chosen, state["local"])
         hp = fed.with_local(prox_mu=self.prox_mu) if self.prox_mu else None
         if self.local_steps is not None:
             trained, loss = fed.sgd_steps(start, chosen, self.local_steps)
         else:
             trained, loss = fed.train_clients(start, chosen, hp=hp, center=start)
-        return {"global": fed.average(trained, chosen)}, loss
+        return {"global": fed.average(trained, chosen), "local": fed.keep_local_state(state["local"], trained, chosen)}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
-        return fed.finetune(broadcast(state["global"], fed.num_clients), self.finetune_epochs, round_)
+        everyone = torch.arange(fed.num_clients, device=fed.device)
+        models = fed.with_local_state(broadcast(state["global"], fed.num_clients), everyone, state["local"])
+        return fed.finetune(models, self.finetune_epochs, round_)
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return state["global"]

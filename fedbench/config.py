@@ -193,6 +193,7 @@ TRAINING_DEFAULTS = {
     "engine": "vectorised",
     "client_chunk": None,
     "bn_aggregation": "average",
+    "memory_mb": None,
 }
 
 

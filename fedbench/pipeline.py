@@ -78,11 +78,11 @@ def _history_row(round_: int, train_loss: float, personal, pooled) -> dict:
     return row
 
 
-def _train_scores(model, models, global_weights, data: FederatedData, everyone) -> dict:
+def _train_scores(model, models, global_weights, data: FederatedData, everyone, memory_mb) -> dict:
     """The clients' models and the global model on the training rows: train accuracy (FLT's
     appendix tables) and the pooled training losses (pFedMe/pFedMT's loss curves)."""
-    on_train = evaluate_clients(model, models, data, data.train, everyone)
-    global_train = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.train)
+    on_train = evaluate_clients(model, models, data, data.train, everyone, memory_mb=memory_mb)
+    global_train = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.train, memory_mb)
     return {
         "train_acc_mean": float(on_train.accuracy.mean()),
         "train_acc_var": float(on_train.accuracy.var()),
@@ -106,6 +106,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     data = FederatedData.build(dataset, partition, dev)
     torch.manual_seed(cell.seed)
     model = build_model(spec["model"], data.input_shape, data.num_classes).to(dev)
+    memory_mb = training["memory_mb"]
     local = LocalSGD(
         epochs=training["local_epochs"],
         batch_size=training["batch_size"],
@@ -116,7 +117,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     fed = Federation(
         model=model,
         data=data,
-        trainer=TRAINERS[training["engine"]](model, data, chunk_size=training["client_chunk"]),
+        trainer=TRAINERS[training["engine"]](model, data, chunk_size=training["client_chunk"], memory_mb=memory_mb),
         local=local,
         participation=training["participation"],
         generator=torch.Generator().manual_seed(cell.seed),
@@ -140,12 +141,12 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         if t % every and t != rounds:
             continue
         models = algorithm.client_models(fed, state, t)
-        personal = evaluate_clients(model, models, data, data.test, everyone)
+        personal = evaluate_clients(model, models, data, data.test, everyone, memory_mb=memory_mb)
         global_weights = algorithm.global_model(fed, state)
-        pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test)
+        pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test, memory_mb)
         row = _history_row(t, float(np.mean(losses)), personal, pooled)
         if train_every is None or t % train_every == 0 or t == rounds:
-            row.update(_train_scores(model, models, global_weights, data, everyone))
+            row.update(_train_scores(model, models, global_weights, data, everyone, memory_mb))
         clusters = getattr(algorithm, "clusters", None)
         row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
         losses.clear()

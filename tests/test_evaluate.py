@@ -8,8 +8,13 @@ import pytest
 import torch
 from torch import nn
 
+import fedbench.engine.evaluate as evaluate_module
+from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.evaluate import evaluate_clients, evaluate_pooled
 from fedbench.engine.federated_data import ClientIndex, FederatedData
+from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.memory import MemoryBudgetError, evaluation_bytes_per_row
+from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
 from fedbench.protocols import PROTOCOLS
 
@@ -53,15 +58,68 @@ def test_chunked_evaluation_matches(data):
     model = identity_classifier()
     stacked = broadcast(model_weights(model), 2)
     whole = evaluate_clients(model, stacked, data, data.test, torch.arange(2))
-    chunked = evaluate_clients(model, stacked, data, data.test, torch.arange(2), chunk_size=1, block=3)
+    chunked = evaluate_clients(model, stacked, data, data.test, torch.arange(2), chunk_size=1)
     np.testing.assert_allclose(whole.loss, chunked.loss, rtol=1e-6)
     np.testing.assert_array_equal(whole.correct, chunked.correct)
 
 
 def test_pooled_evaluation(data):
     model = identity_classifier()
-    pooled = evaluate_pooled(model, model_weights(model), data, data.test, block=4)
+    row_mb = evaluation_bytes_per_row(model, data.input_shape) / 2**20
+    pooled = evaluate_pooled(model, model_weights(model), data, data.test, memory_mb=4 * row_mb)  # blocks of 4 rows
     assert pooled.accuracy[0] == pytest.approx(4 / 6)
+
+
+def conv_net() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 4 * 4, 3)
+    )
+
+
+def test_evaluation_stays_within_its_memory_budget(monkeypatch):
+    """Six clients of 40 test images: one pass over everything would need about 2.5x the budget;
+    every pass evaluation makes (group weights plus its block's activations, as estimated) fits,
+    and the scores equal the unconstrained evaluation's."""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(240, 1, 8, 8, generator=gen), torch.randint(0, 3, (240,), generator=gen)
+    index = ClientIndex.from_lists([np.arange(40 * k, 40 * (k + 1)) for k in range(6)], "cpu")
+    data = FederatedData(x, y, index, index, 3)
+    model = conv_net()
+    stacked = {k: v + 0.1 * torch.randn(v.shape, generator=gen) if v.is_floating_point() else v
+               for k, v in broadcast(model_weights(model), 6).items()}
+    row = evaluation_bytes_per_row(model, data.input_shape)
+    weights = sum(v[0].numel() * v.element_size() for v in stacked.values())
+    everything = 6 * (2 * weights + 40 * row)
+    budget = everything / 2.5
+    passes = []
+    real_forward = evaluate_module.wide_forward
+
+    def recording_forward(wide, w, x, clients):
+        passes.append((clients, x.shape[0]))
+        return real_forward(wide, w, x, clients)
+
+    monkeypatch.setattr(evaluate_module, "wide_forward", recording_forward)
+    budgeted = evaluate_clients(model, stacked, data, data.test, torch.arange(6), memory_mb=budget / 2**20)
+    assert len(passes) > 1
+    for clients, rows in passes:
+        assert clients * (2 * weights + rows * row) <= budget
+    monkeypatch.setattr(evaluate_module, "wide_forward", real_forward)
+    free = evaluate_clients(model, stacked, data, data.test, torch.arange(6), memory_mb=10 * everything / 2**20)
+    np.testing.assert_array_equal(budgeted.correct, free.correct)
+    np.testing.assert_allclose(budgeted.loss, free.loss, rtol=1e-5)
+
+
+def test_budget_too_small_for_one_client_says_what_one_needs():
+    gen = torch.Generator().manual_seed(0)
+    index = ClientIndex.from_lists([np.arange(20), np.arange(20, 40)], "cpu")
+    data = FederatedData(torch.randn(40, 1, 8, 8, generator=gen), torch.randint(0, 3, (40,), generator=gen), index, index, 3)
+    model = conv_net()
+    trainer = VectorisedTrainer(model, data, memory_mb=0.001)
+    plan = make_batch_plan(data.train.counts, 1, 10, torch.Generator().manual_seed(0))
+    with pytest.raises(MemoryBudgetError, match=r"memory budget of 0 MB is too small for one client's training: one client needs \d+ MB"):
+        trainer.train(broadcast(model_weights(model), 2), torch.arange(2), plan, LocalSGD(epochs=1, batch_size=10, lr=0.1))
+    with pytest.raises(MemoryBudgetError, match="one client's evaluation"):
+        evaluate_clients(model, broadcast(model_weights(model), 2), data, data.test, torch.arange(2), memory_mb=0.001)
 
 
 def test_protocols_pick_their_round():

@@ -12,7 +12,9 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedbench.engine.federated_data import ClientIndex, FederatedData
+from fedbench.engine.memory import budget_bytes, clients_per_pass, evaluation_bytes_per_row
 from fedbench.engine.weights import Weights
+from fedbench.engine.wide_model import wide_forward, wide_input, wide_twin, wide_weights
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,11 @@ def eval_mode(model: nn.Module):
 
 
 def _in_eval_mode(evaluate):
-    """Run ``evaluate(model, ...)`` without gradients and with ``model`` in eval mode."""
+    """Run ``evaluate(model, ...)`` in inference mode and with ``model`` in eval mode."""
 
     @functools.wraps(evaluate)
     def wrapped(model: nn.Module, *args, **kwargs):
-        with torch.no_grad(), eval_mode(model):
+        with torch.inference_mode(), eval_mode(model):
             return evaluate(model, *args, **kwargs)
 
     return wrapped
@@ -114,30 +116,39 @@ def evaluate_clients(
     index: ClientIndex,
     clients: torch.Tensor,
     chunk_size: int | None = None,
-    block: int = 2048,
+    memory_mb: float | None = None,
 ) -> Scores:
     """Client ``clients[c]``'s model (row c of ``stacked``) on that client's rows of ``index``.
 
-    Clients are evaluated in groups of similar size (:func:`size_buckets`, at most ``chunk_size``
-    per group), so padding never costs more than the real rows; ``block`` rows per forward pass.
+    Clients are evaluated in groups of similar size (:func:`size_buckets`), so padding never
+    costs more than the real rows; a group runs as one wide model (:mod:`fedbench.engine.wide_model`;
+    ``vmap`` for models that do not fold) over blocks of rows.  Groups (at most ``chunk_size``
+    clients) and blocks are sized so that a pass stays within the memory budget
+    (:mod:`fedbench.engine.memory`): the group's weights plus its block's activations.
     """
-    forward = vmap(lambda w, x: functional_call(model, w, (x,)))
     n, num_classes = len(clients), data.num_classes
     counts_all = index.counts[clients]
+    budget = budget_bytes(data.x.device, memory_mb)
+    row_bytes = evaluation_bytes_per_row(model, data.input_shape)
+    weight_bytes = sum(v[0].numel() * v.element_size() for v in stacked.values()) if n else 0
+    typical_rows = min(max(int(counts_all.max()) if n else 1, 1), 256)
+    max_clients = clients_per_pass(2 * weight_bytes + typical_rows * row_bytes, budget, chunk_size or n, "evaluation")
+    forward = _group_forward(model, data)
     samples = counts_all.cpu().numpy()
     correct = np.zeros(n, dtype=np.int64)
     loss_sum = np.zeros(n)
     confusion = torch.zeros(n, num_classes, num_classes, dtype=torch.long, device=counts_all.device)
-    for group in size_buckets(counts_all, chunk_size):
+    for group in size_buckets(counts_all, max_clients):
         g = group.to(counts_all.device)
         counts = counts_all[g]
         width = max(int(counts.max()), 1)
         weights = {k: v[g] for k, v in stacked.items()}
+        block = max(1, (budget - 2 * len(g) * weight_bytes) // (len(g) * row_bytes))
         rows = index.index[clients[g], :width]
         preds, losses = [], []
         y = data.y[rows]
         for start in range(0, width, block):
-            logits = forward(weights, data.x[rows[:, start : start + block]])
+            logits = forward(weights, rows[:, start : start + block])
             losses.append(cross_entropy_per_row(logits, y[:, start : start + block]))
             preds.append(logits.argmax(-1))
         pred, loss = torch.cat(preds, 1), torch.cat(losses, 1)
@@ -149,10 +160,25 @@ def evaluate_clients(
     return Scores(samples, correct, loss_sum, macro_f1_from_confusion(confusion))
 
 
+def _group_forward(model: nn.Module, data: FederatedData):
+    """``forward(weights, rows)``: logits ``[g, r, classes]`` of g stacked models, model j on the
+    global rows ``rows[j]`` -- through the wide twin (in eval mode) where the model folds."""
+    wide = wide_twin(model, data.input_shape)
+    if wide is None:
+        batched = vmap(lambda w, x: functional_call(model, w, (x,)))
+        return lambda weights, rows: batched(weights, data.x[rows])
+    wide.eval()
+    return lambda weights, rows: wide_forward(wide, wide_weights(weights), wide_input(data.x, rows), rows.shape[0])
+
+
 @_in_eval_mode
-def evaluate_pooled(model: nn.Module, single: Weights, data: FederatedData, index: ClientIndex, block: int = 8192) -> Scores:
-    """One model on the union of every client's rows of ``index`` (the global test set)."""
+def evaluate_pooled(
+    model: nn.Module, single: Weights, data: FederatedData, index: ClientIndex, memory_mb: float | None = None
+) -> Scores:
+    """One model on the union of every client's rows of ``index`` (the global test set), in blocks
+    of rows within the memory budget."""
     rows = index.union  # clients may share test samples (global or cluster test sets)
+    block = max(1, budget_bytes(data.x.device, memory_mb) // evaluation_bytes_per_row(model, data.input_shape))
     num_classes = data.num_classes
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.long, device=rows.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rows.device)

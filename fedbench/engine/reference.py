@@ -19,7 +19,7 @@ from fedbench.engine.weights import Weights
 
 
 class ReferenceTrainer:
-    def __init__(self, model: nn.Module, data: FederatedData, chunk_size: int | None = None):
+    def __init__(self, model: nn.Module, data: FederatedData, chunk_size: int | None = None, memory_mb: float | None = None):
         self.model = copy.deepcopy(model).to(data.x.device).train()
         self.data = data
 

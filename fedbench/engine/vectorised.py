@@ -45,7 +45,8 @@ from fedbench.engine.fused_mlp import linear_stack, mlp_step
 from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.step_runner import EagerFallback, StepRunner
 from fedbench.engine.weights import Weights
-from fedbench.engine.wide_model import count_batches, has_batchnorm, wide_forward, wide_input, wide_weights, widen
+from fedbench.engine.memory import budget_bytes, clients_per_pass, training_bytes_per_client
+from fedbench.engine.wide_model import count_batches, has_batchnorm, wide_forward, wide_input, wide_twin, wide_weights
 
 # default chunk of the hand-written MLP step on the CPU: at most this many bytes of parameters,
 # so that the weights streamed every step stay in cache (2-core EPYC, 32 MiB L3, 784-200-10,
@@ -62,6 +63,8 @@ class VectorisedTrainer:
     for tens of seconds; the hand-written step is left eager, compiling it measured slower).
     ``cuda_graphs``: replay recurring steps as CUDA graphs (CUDA only).  ``wide``: run
     foldable models (convolutions, BatchNorm) as one wide model instead of ``vmap``.
+    ``memory_mb``: working-memory budget of one pass (:mod:`fedbench.engine.memory`); chunks
+    never exceed it.
     """
 
     def __init__(
@@ -73,15 +76,18 @@ class VectorisedTrainer:
         cuda_graphs: bool = True,
         fused_mlp: bool = True,
         wide: bool = True,
+        memory_mb: float | None = None,
     ):
         self.model = model.to(data.x.device).train()
         self.data = data
         self.param_names = [n for n, _ in model.named_parameters()]
         self.chunk_size = chunk_size
         self.cuda_graphs = cuda_graphs and data.x.device.type == "cuda"
+        self.budget = budget_bytes(data.x.device, memory_mb)
         self.exact_batches = has_batchnorm(self.model)  # short batches as sub-steps of their own
         layers = linear_stack(self.model, data.x.dim() - 1) if fused_mlp else None
-        folded = widen(self.model, tuple(data.x.shape[1:])) if wide and layers is None else None
+        folded = wide_twin(self.model, tuple(data.x.shape[1:])) if wide and layers is None else None
+        self._wide = folded
         self.step_kind = "fused_mlp" if layers is not None else "wide" if folded is not None else "vmap"
         self.fused = layers is not None
         if self.fused:
@@ -108,8 +114,12 @@ class VectorisedTrainer:
         """
         device = self.data.x.device
         self.model.train()  # dropout and BatchNorm in training mode (evaluation may have switched it)
+        if self._wide is not None:
+            self._wide.train()
         n = len(clients)
-        size = self.chunk_size or self._default_chunk(start, n)
+        copies = 2 + bool(hp.momentum) + bool(hp.prox_mu)  # chunk weights, gradients, momentum, anchor
+        per_client = training_bytes_per_client(self.model, self.data.input_shape, plan.batch_size, copies)
+        size = clients_per_pass(per_client, self.budget, self.chunk_size or self._default_chunk(start, n), "training")
         # most samples first, so that at every step the clients still training form a prefix
         # (and, within it, the clients with a short batch form slices of equal batch length)
         by_steps = torch.argsort(plan.counts, descending=True, stable=True)

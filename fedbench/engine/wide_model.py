@@ -25,6 +25,7 @@ fold (checked numerically against the per-client model); callers then use ``vmap
 from __future__ import annotations
 
 import copy
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -107,6 +108,18 @@ def widen(model: nn.Module, input_shape: tuple[int, ...], check: bool = True) ->
     if check and not _folds_exactly(model, wide, input_shape):
         return None
     return wide
+
+
+_TWINS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def wide_twin(model: nn.Module, input_shape: tuple[int, ...]) -> nn.Module | None:
+    """:func:`widen` once per model and input shape (the trainer and evaluation share it; each sets
+    the training mode it needs)."""
+    twins = _TWINS.setdefault(model, {})
+    if tuple(input_shape) not in twins:
+        twins[tuple(input_shape)] = widen(model, tuple(input_shape))
+    return twins[tuple(input_shape)]
 
 
 def wide_weights(stacked: Weights) -> Weights:

@@ -36,6 +36,15 @@ def make_federation(data: FederatedData, model, local: LocalSGD, participation=1
     )
 
 
+@pytest.fixture(autouse=True)
+def no_system_fashion_mnist(monkeypatch, tmp_path_factory):
+    """Tests never read the Fashion-MNIST that Debian's ``dataset-fashion-mnist`` may have installed:
+    the source's system directory points at an empty folder (tests that need it write a fixture there)."""
+    from fedbench.data import vision
+
+    monkeypatch.setattr(vision, "DEBIAN_FASHION_MNIST", tmp_path_factory.mktemp("no-debian-fashion-mnist"))
+
+
 @pytest.fixture
 def tiny_data() -> FederatedData:
     return make_data([23, 7, 15, 10])

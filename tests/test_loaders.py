@@ -156,6 +156,37 @@ def test_fashion_mnist_reads_uncompressed_idx_without_normalisation(tmp_path):
     np.testing.assert_allclose(mnist_stats.x, (ds.x - 0.25) / 0.5, atol=1e-6)
 
 
+def test_fashion_mnist_falls_back_to_the_debian_package_layout(tmp_path, monkeypatch):
+    """An empty data root reads the four gzipped IDX files from the system directory, laid out as Debian's
+    ``dataset-fashion-mnist`` lays them out (/usr/share/datasets/fashion-mnist/*.gz, no sub-folders)."""
+    from fedbench.data import vision
+
+    system = tmp_path / "usr" / "share" / "datasets" / "fashion-mnist"
+    arrays = write_mnist(system, MNIST_NAMES, 6, 4, compress=True)
+    assert sorted(p.name for p in system.iterdir()) == sorted(f"{name}.gz" for name in MNIST_NAMES)
+    monkeypatch.setattr(vision, "DEBIAN_FASHION_MNIST", system)
+    ds = load_dataset({"source": "fashion_mnist"}, tmp_path / "empty-root")
+    check_common(ds, 10, (1, 28, 28), 4, 10)
+    np.testing.assert_array_equal(ds.y, np.concatenate([arrays[MNIST_NAMES[1]], arrays[MNIST_NAMES[3]]]))
+    np.testing.assert_allclose(ds.x[:6, 0], arrays[MNIST_NAMES[0]] / 255.0, atol=1e-6)
+    np.testing.assert_allclose(ds.x[6:, 0], arrays[MNIST_NAMES[2]] / 255.0, atol=1e-6)
+    assert not (tmp_path / "empty-root").exists()  # nothing written: the system copy is read in place
+    # files in the data root take precedence over the system copy
+    own = write_mnist(tmp_path / "root" / "FashionMNIST" / "raw", MNIST_NAMES, 5, 3, compress=False)
+    ds_root = DATASETS["fashion_mnist"](tmp_path / "root")
+    assert len(ds_root.y) == 8 and ds_root.y.tolist()[:5] == own[MNIST_NAMES[1]].tolist()
+    # and the fallback can be switched off
+    with pytest.raises(FileNotFoundError, match="system_copy: false"):
+        DATASETS["fashion_mnist"](tmp_path / "empty-root", system_copy=False)
+
+
+def test_missing_fashion_mnist_names_the_debian_package(tmp_path):
+    with pytest.raises(FileNotFoundError) as error:
+        DATASETS["fashion_mnist"](tmp_path / "nowhere")
+    message = str(error.value)
+    assert "apt-get install dataset-fashion-mnist" in message and "FashionMNIST" in message
+
+
 def test_emnist_split_files_and_transpose(tmp_path):
     names = [f"emnist-balanced-{p}-{k}" for p in ("train", "test") for k in ("images-idx3-ubyte", "labels-idx1-ubyte")]
     raw = tmp_path / "EMNIST" / "raw"

@@ -54,6 +54,8 @@ from scipy.spatial.distance import cdist, squareform
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 
+from fedbench.threads import torch_threads_kept
+
 CODE_KMEANS_SEED = 43  # notes §4.1: client KMeans random_state
 CODE_UMAP_SEED = 42  # notes §4.1: UMAP random_state
 MAX_DP_K = 12  # above this, "matching" falls back to per-pair Hungarian
@@ -174,18 +176,21 @@ def embed_centres(
     M*k - 1.  ``transform=True`` mimics the code's ``fit`` + ``transform`` instead of the
     fitted embedding.  The first UMAP call of a process compiles numba code (~20-40 s).
     """
-    import umap  # imported lazily: importing umap-learn is slow (numba)
-
     centres = np.asarray(centres, dtype=np.float64)
     m, k, e = centres.shape
     x = centres.reshape(m * k, e)
-    reducer = umap.UMAP(
-        n_neighbors=max(2, min(n_neighbors, len(x) - 1)), min_dist=min_dist, metric=metric,
-        n_components=n_components, random_state=seed,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # n_jobs overridden by random_state, small-data notices
-        z = reducer.fit(x).transform(x) if transform else reducer.fit_transform(x)
+    # numba's OpenMP layer, started by UMAP's first parallel kernel, resets the OpenMP thread count
+    # that torch's CPU pool reads (fedbench/threads.py); keep the training's thread count.
+    with torch_threads_kept():
+        import umap  # imported lazily: importing umap-learn is slow (numba)
+
+        reducer = umap.UMAP(
+            n_neighbors=max(2, min(n_neighbors, len(x) - 1)), min_dist=min_dist, metric=metric,
+            n_components=n_components, random_state=seed,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # n_jobs overridden by random_state, small-data notices
+            z = reducer.fit(x).transform(x) if transform else reducer.fit_transform(x)
     return np.asarray(z, dtype=np.float64).reshape(m, k, n_components)
 
 

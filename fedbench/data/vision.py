@@ -10,6 +10,9 @@ Files are read from the data root (config ``data_root``) in the layout torchvisi
 downloads to (``<root>/MNIST/raw/...``, ``<root>/cifar-10-batches-py/...``, ...).  With
 ``download: true`` torchvision fetches them (needs network); otherwise missing files raise
 :class:`FileNotFoundError` naming the dataset, the directory and the files expected there.
+Fashion-MNIST alone has a second, offline home: when the data root lacks it, the four
+gzip-compressed IDX files that Debian's package ``dataset-fashion-mnist`` installs in
+:data:`DEBIAN_FASHION_MNIST` are read instead.
 
 Memory (float32): MNIST-like 70k x 1x28x28 = 220 MB; EMNIST balanced 131.6k = 413 MB
 (byclass 814k = 2.6 GB); CIFAR 60k x 3x32x32 = 737 MB; Tiny ImageNet 110k x 3x64x64 = 5.4 GB.
@@ -124,13 +127,13 @@ def _pool(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarr
 # ----------------------------------------------------------------------------- MNIST family (IDX files)
 
 
-def _prepare_idx(dataset: str, raw: Path, names: Sequence[str]) -> None:
+def _prepare_idx(dataset: str, raw: Path, names: Sequence[str], how: str | None = None) -> None:
     """torchvision reads the *uncompressed* IDX files in ``raw``; decompress any that exist only as ``.gz``
     (what torchvision's own download does), then require them all."""
     for name in names:
         if not (raw / name).exists() and (raw / f"{name}.gz").exists():
             extract_archive(str(raw / f"{name}.gz"))
-    require_files(dataset, raw, names, _HOW_TO_GET + " IDX files may also be left gzip-compressed (NAME.gz).")
+    require_files(dataset, raw, names, how or _HOW_TO_GET + " IDX files may also be left gzip-compressed (NAME.gz).")
 
 
 def _read_idx_pair(cls, dataset: str, root: Path, names: Sequence[str], download: bool, **kwargs):
@@ -156,11 +159,52 @@ def load_mnist(root: Path = Path("data"), *, normalize="half", download: bool = 
     return _mnist_like(tvd.MNIST, "mnist", root, download, normalize)
 
 
+# Debian's package ``dataset-fashion-mnist`` (``apt-get install dataset-fashion-mnist``, 30 MB) installs the
+# real Fashion-MNIST here: {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz, the files of the official release.
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def _has_idx(directory: Path, names: Sequence[str]) -> bool:
+    return all((directory / name).exists() or (directory / f"{name}.gz").exists() for name in names)
+
+
+def _read_gzipped_idx(directory: Path, names: Sequence[str]) -> list[torch.Tensor]:
+    """The IDX files ``<name>.gz`` of a read-only ``directory`` through torchvision's IDX reader, each
+    decompressed into a temporary directory (torchvision reads uncompressed files only)."""
+    import gzip
+    import shutil
+    import tempfile
+
+    from torchvision.datasets.mnist import read_sn3_pascalvincent_tensor
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="fedbench-idx-") as scratch:
+        for name in names:
+            with gzip.open(directory / f"{name}.gz", "rb") as packed, open(Path(scratch) / name, "wb") as plain:
+                shutil.copyfileobj(packed, plain)
+            out.append(read_sn3_pascalvincent_tensor(str(Path(scratch) / name), strict=False))
+    return out
+
+
 @DATASETS.register("fashion_mnist")
-def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download: bool = False) -> ArrayDataset:
-    """Fashion-MNIST, 70,000 28x28 images (60k + 10k), 10 classes, from ``<root>/FashionMNIST/raw``.
+def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download: bool = False,
+                       system_copy: bool = True) -> ArrayDataset:
+    """Fashion-MNIST, 70,000 28x28 images (60k + 10k), 10 classes, from ``<root>/FashionMNIST/raw``, or,
+    when that folder lacks the files and ``system_copy`` is on, from Debian's ``dataset-fashion-mnist``
+    (:data:`DEBIAN_FASHION_MNIST`, the same four IDX files gzip-compressed).
 
     Default ``normalize: none``: FLT pretrains its Enc2 autoencoder on it with ToTensor only (notes §4.2-4.3)."""
+    raw = Path(root) / tvd.FashionMNIST.__name__ / "raw"
+    system = DEBIAN_FASHION_MNIST
+    if not download and system_copy and not _has_idx(raw, IDX_NAMES) and _has_idx(system, IDX_NAMES):
+        x_train, y_train, x_test, y_test = _read_gzipped_idx(system, IDX_NAMES)
+        return _pool((x_train[:, None], y_train), (x_test[:, None], y_test), len(tvd.FashionMNIST.classes), normalize)
+    how = (f"{_HOW_TO_GET} IDX files may also be left gzip-compressed (NAME.gz). Offline: "
+           f"`apt-get install dataset-fashion-mnist` (Debian's package) puts them in {system}"
+           + ("" if system_copy else " (not read: `system_copy: false`)") + ".")
+    if not download:
+        _prepare_idx("fashion_mnist", raw, IDX_NAMES, how)
     return _mnist_like(tvd.FashionMNIST, "fashion_mnist", root, download, normalize)
 
 

@@ -3,10 +3,11 @@
 
 import os
 
-from common import config_orders, log_to
+from common import config_orders, log_to, use_threads
 
 smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
+use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
 from fedbench.results.figures import experiment_curves, load_histories, plot_training_curves  # noqa: E402
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from common import log_to
+from common import log_to, use_threads
 
 smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
+use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
 from fedbench.results import clustering_figures as figures  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""Shared by the rule scripts: import fedbench from this repository and send all output to the job's log."""
+"""Shared by the rule scripts: import fedbench from this repository, send all output to the job's log and
+size the thread pools from the job's cores (``use_threads(snakemake.threads)``, before torch is imported)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[2]
 if str(REPOSITORY) not in sys.path:
     sys.path.insert(0, str(REPOSITORY))
+
+from fedbench.threads import use_threads  # noqa: E402  (re-exported for the scripts; imports no library)
 
 
 def log_to(path: str) -> None:

@@ -1,9 +1,10 @@
 """Rule ``partition``: build one partition (indices ``.npz`` + summary ``.json``)."""
 
-from common import log_to
+from common import log_to, use_threads
 
 smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
+use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
 from fedbench.pipeline import build_partition  # noqa: E402
 

@@ -1,9 +1,10 @@
 """Rule ``results_table``: mean ± std over seeds of every cell, as CSV and Markdown."""
 
-from common import config_orders, log_to
+from common import config_orders, log_to, use_threads
 
 smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
+use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
 from fedbench.results.tables import write_tables  # noqa: E402
 

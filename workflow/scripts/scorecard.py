@@ -2,10 +2,11 @@
 
 import os
 
-from common import log_to
+from common import log_to, use_threads
 
 smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
+use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
 from fedbench.results.published import load_published  # noqa: E402
 from fedbench.results.scorecard import write_scorecard  # noqa: E402

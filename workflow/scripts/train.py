@@ -2,17 +2,15 @@
 
 import os
 
-from common import log_to
+from common import log_to, use_threads
 
 smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
-
-import torch  # noqa: E402
+use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
 from fedbench.config import Cell  # noqa: E402
 from fedbench.pipeline import run_cell  # noqa: E402
 
-torch.set_num_threads(smk.threads)
 w = smk.wildcards
 cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))
 run_cell(

@@ -1,17 +1,26 @@
 """Time one FedAvg round of local training three ways, interleaved, and report medians.
 
-(a) ``VectorisedTrainer``: every client's SGD step at once (vmap over stacked weights);
+(a) ``VectorisedTrainer``: every client's SGD step at once (the hand-written MLP step, the wide
+    model or vmap, whichever the trainer picks for the model; ``--step`` forces one);
 (b) ``ReferenceTrainer``: one client after another, plain autograd + ``torch.optim.SGD``;
 (c) the peers' loop (PFLlib, FL-bench): per client a ``DataLoader(TensorDataset(...),
     shuffle=True)`` over CPU tensors, batches moved to the device, a fresh ``torch.optim.SGD``.
 
-Setting (FedAvg's MNIST MLP): clients x samples random N(0, 1) features of dimension 784
-with random labels in 0..9, MLP 784-200-10, batch 10, 1 epoch, lr 0.01.  Each timed round
-includes everything a round needs besides aggregation: (a)/(b) draw the batch plan and
-broadcast the global weights, (c) builds the DataLoaders and loads the global state.
-Prints ms/round per way, the ratios, and one JSON line (last line) for quoting.
+Then, with ``--eval``, evaluation of every client's model on its own test samples two ways:
+``evaluate_clients`` (all clients at once, in inference mode, within the memory budget) and a
+per-client loop (each model in eval mode over its test set in batches of 256).
+
+``--model``: mlp (784-200-10 on flattened 28x28), fedavg_cnn, leaf_cnn, fedmr_cnn (1x28x28 or
+3x32x32), resnet9 (3x32x32, ``--image-size 64`` for Tiny ImageNet's 64x64), resnet20, vgg16
+(3x32x32).  ``--data fashion_mnist`` uses the real Fashion-MNIST images (1x28x28, the Debian
+package's files) instead of random N(0, 1) inputs.  Each timed round includes everything a round
+needs besides aggregation: (a)/(b) draw the batch plan and broadcast the global weights, (c)
+builds the DataLoaders and loads the global state.  Prints ms/round per way, the ratios, and
+one JSON line (last line) for quoting.
 
     python benchmarks/engine_round.py --device cpu --repeats 7
+    python benchmarks/engine_round.py --model fedavg_cnn --data fashion_mnist --eval
+    python benchmarks/engine_round.py --model resnet9 --clients 10 --samples 500 --batch-size 32
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device import resolve_device
+from fedbench.engine.evaluate import evaluate_clients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.reference import ReferenceTrainer
@@ -41,6 +51,15 @@ from fedbench.models import build_model
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    p.add_argument("--model", default="mlp", choices=sorted(INPUTS), help="registry model (default mlp)")
+    p.add_argument("--image-size", type=int, default=None, help="side of the square input images (default per model)")
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--data", default="noise", choices=["noise", "fashion_mnist"], help="random inputs or real images")
+    p.add_argument("--momentum", type=float, default=0.0)
+    p.add_argument("--step", default="auto", choices=["auto", "fused", "wide", "vmap"], help="vectorised step to force")
+    p.add_argument("--eval", action="store_true", help="also time evaluation of every client's model")
+    p.add_argument("--test-samples", type=int, default=100, help="test samples per client (--eval)")
+    p.add_argument("--memory-mb", type=float, default=None, help="VectorisedTrainer / evaluation memory budget")
     p.add_argument("--repeats", type=int, default=7, help="timed rounds per way (median reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds per way first")
     p.add_argument("--clients", type=int, default=20)
@@ -50,11 +69,40 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--chunk-size", type=int, default=None, help="VectorisedTrainer chunk_size (default: its own)")
-    p.add_argument("--generic", action="store_true", help="generic vmap step instead of the hand-written MLP step")
-    p.add_argument("--compile", action="store_true", help="torch.compile the generic step (implies --generic)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the wide or vmap step")
     p.add_argument("--no-cuda-graphs", action="store_true", help="VectorisedTrainer(cuda_graphs=False)")
     p.add_argument("--skip", default="", help="comma-separated ways to leave out: vectorised,reference,dataloader")
     return p.parse_args()
+
+
+# model -> input shape (C, H, W); None: flat 784 features
+INPUTS = {
+    "mlp": None,
+    "fedavg_cnn": (1, 28),
+    "leaf_cnn": (1, 28),
+    "fedmr_cnn": (3, 32),
+    "resnet9": (3, 32),
+    "resnet20": (3, 32),
+    "vgg16": (3, 32),
+}
+
+
+def make_inputs(args, total: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """``total`` inputs and labels for the model: random, or real Fashion-MNIST images resized/coloured
+    to the model's shape."""
+    spec = INPUTS[args.model]
+    shape = (784,) if spec is None else (spec[0], args.image_size or spec[1], args.image_size or spec[1])
+    if args.data == "noise":
+        return torch.randn(total, *shape, generator=gen), torch.randint(0, args.classes, (total,), generator=gen), shape
+    from fedbench.data.sources import load_dataset  # noqa: PLC0415 - only for real images
+
+    images = load_dataset({"source": "fashion_mnist"}, "data")
+    pick = torch.randperm(len(images.y), generator=gen)[:total]
+    x = torch.from_numpy(images.x)[pick].float()
+    if spec is not None and (x.shape[-1] != shape[-1] or x.shape[1] != shape[0]):
+        x = F.interpolate(x, size=shape[1:], mode="bilinear").expand(-1, shape[0], -1, -1).contiguous()
+    y = torch.from_numpy(images.y)[pick].long() % args.classes
+    return x.reshape(total, *shape), y, shape
 
 
 def cpu_name() -> str:
@@ -68,23 +116,23 @@ def cpu_name() -> str:
 
 def main() -> None:
     args = parse_args()
-    args.generic |= args.compile
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    C, n, d, k = args.clients, args.samples, 784, 10
+    C, n, t, k = args.clients, args.samples, args.test_samples if args.eval else 0, args.classes
     gen = torch.Generator().manual_seed(0)
-    x_cpu = torch.randn(C * n, d, generator=gen)
-    y_cpu = torch.randint(0, k, (C * n,), generator=gen)
+    x_cpu, y_cpu, shape = make_inputs(args, C * (n + t), gen)
     idx = [np.arange(c * n, (c + 1) * n) for c in range(C)]
+    test_idx = [C * n + np.arange(c * t, (c + 1) * t) for c in range(C)]
     data = FederatedData(
-        x_cpu.to(device), y_cpu.to(device), ClientIndex.from_lists(idx, device), ClientIndex.from_lists(idx, device), k
+        x_cpu.to(device), y_cpu.to(device), ClientIndex.from_lists(idx, device), ClientIndex.from_lists(test_idx, device), k
     )
     torch.manual_seed(0)
-    model = build_model({"arch": "mlp", "hidden": [200]}, (d,), k).to(device)
+    spec = {"arch": "mlp", "hidden": [200]} if args.model == "mlp" else {"arch": args.model}
+    model = build_model(spec, shape, k).to(device)
     global_weights = model_weights(model)
     clients = torch.arange(C, device=device)
-    hp = LocalSGD(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr)
+    hp = LocalSGD(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum)
 
     vectorised = VectorisedTrainer(
         model,
@@ -92,7 +140,9 @@ def main() -> None:
         chunk_size=args.chunk_size,
         compile=args.compile,
         cuda_graphs=not args.no_cuda_graphs,
-        fused_mlp=not args.generic,
+        fused_mlp=args.step in ("auto", "fused"),
+        wide=args.step in ("auto", "wide"),
+        memory_mb=args.memory_mb,
     )
     reference = ReferenceTrainer(model, data)
     plan_gen = torch.Generator().manual_seed(1)
@@ -101,7 +151,7 @@ def main() -> None:
         plan = make_batch_plan(data.train.counts, hp.epochs, hp.batch_size, plan_gen)
         return trainer.train(broadcast(global_weights, C), clients, plan, hp)[0]
 
-    loader_model = build_model({"arch": "mlp", "hidden": [200]}, (d,), k).to(device)
+    loader_model = build_model(spec, shape, k).to(device)
     client_sets = [TensorDataset(x_cpu[i], y_cpu[i]) for i in idx]
 
     def dataloader_round():
@@ -109,7 +159,7 @@ def main() -> None:
         for ds in client_sets:
             loader_model.load_state_dict(global_weights)
             loader = DataLoader(ds, batch_size=hp.batch_size, shuffle=True)
-            opt = torch.optim.SGD(loader_model.parameters(), lr=hp.lr)
+            opt = torch.optim.SGD(loader_model.parameters(), lr=hp.lr, momentum=hp.momentum)
             loader_model.train()
             for _ in range(hp.epochs):
                 for xb, yb in loader:
@@ -120,11 +170,35 @@ def main() -> None:
             out.append({k: v.detach().clone() for k, v in loader_model.state_dict().items()})
         return out
 
+    stacked = broadcast(global_weights, C)
+    test_sets = [(x_cpu[i].to(device), y_cpu[i].to(device)) for i in test_idx]
+
+    def loop_evaluation():
+        """Per client: its model in eval mode over its test set in batches of 256; loss, accuracy and
+        the confusion matrix (what evaluate_clients computes, for macro-F1)."""
+        out = []
+        with torch.inference_mode():
+            loader_model.eval()
+            for c, (xs, ys) in enumerate(test_sets):
+                loader_model.load_state_dict({name: v[c] for name, v in stacked.items()})
+                confusion = torch.zeros(k * k, dtype=torch.long, device=device)
+                loss = torch.zeros((), device=device)
+                for i in range(0, len(xs), 256):
+                    logits, yb = loader_model(xs[i : i + 256]), ys[i : i + 256]
+                    loss += F.cross_entropy(logits, yb, reduction="sum")
+                    confusion += torch.bincount(yb * k + logits.argmax(1), minlength=k * k)
+                out.append((float(loss), confusion.view(k, k).diagonal().sum().item()))
+            loader_model.train()
+        return out
+
     ways = {
         "vectorised": lambda: engine_round(vectorised),
         "reference": lambda: engine_round(reference),
         "dataloader": dataloader_round,
     }
+    if args.eval:
+        ways["eval_vectorised"] = lambda: evaluate_clients(model, stacked, data, data.test, clients, memory_mb=args.memory_mb)
+        ways["eval_loop"] = loop_evaluation
     for name in filter(None, args.skip.split(",")):
         del ways[name]
 
@@ -151,6 +225,9 @@ def main() -> None:
     med = {name: statistics.median(v) for name, v in times.items()}
     result = {
         "benchmark": "engine_round",
+        "model": args.model,
+        "input": list(shape),
+        "data": args.data,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -159,7 +236,8 @@ def main() -> None:
         "batch_size": hp.batch_size,
         "epochs": hp.epochs,
         "steps_per_client": hp.epochs * -(-n // hp.batch_size),
-        "step": "generic" if args.generic else "fused_mlp",
+        "step": vectorised.step_kind,
+        "momentum": hp.momentum,
         "compile": args.compile,
         "cuda_graphs": vectorised.cuda_graphs,
         "chunk_size": args.chunk_size,
@@ -168,12 +246,16 @@ def main() -> None:
         "ms_per_round": {k: round(v, 1) for k, v in med.items()},
     }
     if "vectorised" in med:
-        result["speedup_vs"] = {k: round(v / med["vectorised"], 2) for k, v in med.items() if k != "vectorised"}
+        result["speedup_vs"] = {k: round(med[k] / med["vectorised"], 2) for k in ("reference", "dataloader") if k in med}
+    if "eval_vectorised" in med and "eval_loop" in med:
+        result["eval_speedup"] = round(med["eval_loop"] / med["eval_vectorised"], 2)
     print(f"\ndevice {result['device']}  torch {result['torch']}  threads {result['threads']}  warm-up {warmup_s:.1f} s")
     for name, v in med.items():
         print(f"{name:>10}: {v:8.1f} ms/round (median of {args.repeats})")
     for name, s in result.get("speedup_vs", {}).items():
         print(f"{name}/vectorised: {s:.2f}x")
+    if "eval_speedup" in result:
+        print(f"eval_loop/eval_vectorised: {result['eval_speedup']:.2f}x")
     print(json.dumps(result))
 
 

@@ -20,6 +20,8 @@ from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
+from fedbench.engine.wide_model import widen
+from fedbench.models import build_model
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
 FEATURES, CLASSES = 6, 4
@@ -290,3 +292,28 @@ def test_batch_plan_properties():
         assert sizes == per_epoch * 3  # DataLoader(shuffle=True, drop_last=False) batches
         if n:
             assert torch.equal(torch.cat(batches[: len(per_epoch)]), plan.order[c, 0, :n])
+
+
+@pytest.mark.parametrize("step", ["wide", "vmap"])
+def test_resnet9_matches_reference(step):
+    """FeMAM's ResNet-9 (BatchNorm in every block, residual shortcuts), 32x32 inputs, unequal
+    clients with short last batches, momentum, weight decay and prox."""
+    model = build_model({"arch": "resnet9"}, (3, 32, 32), CLASSES)
+    counts = [12, 5, 0, 9, 9]
+    data = make_images(counts, shape=(3, 32, 32))
+    hp = LocalSGD(epochs=1, batch_size=4, lr=0.05, momentum=0.9, weight_decay=1e-3, prox_mu=0.1)
+    got, want, _ = run_both(model, data, hp, **STEPS[step])
+    assert_same(got, want, atol=5e-5)
+
+
+@pytest.mark.parametrize(
+    "arch, shape",
+    [("fedavg_cnn", (1, 28, 28)), ("leaf_cnn", (1, 28, 28)), ("fedmr_cnn", (3, 32, 32)), ("fedmr_femnist_cnn", (1, 28, 28)),
+     ("resnet9", (3, 64, 64)), ("resnet20", (3, 32, 32)), ("vgg16", (3, 32, 32)), ("lenet_cifar", (3, 32, 32)),
+     ("pfedme_cnn", (1, 28, 28)), ("mlp_dropout", (1, 28, 28))],
+)
+def test_paper_models_fold_into_the_wide_step(arch, shape):
+    """Every convolutional model of the papers runs as one wide model (checked against per-client calls)."""
+    torch.manual_seed(0)
+    model = build_model({"arch": arch}, shape, 10)
+    assert widen(model, shape) is not None

@@ -12,7 +12,7 @@ from fedbench.data.partition import PARTITIONERS, ClientSamples, Partition
 from fedbench.data.sources import ArrayDataset
 
 
-@PARTITIONERS.register("iid")
+@PARTITIONERS.register("iid", bounds={"num_clients": ">= 1", "samples_per_client": ">= 1"})
 def partition_iid(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, num_clients: int,
                   samples_per_client: int | None = None) -> ClientSamples:
     """Shuffle the pool and deal it into ``num_clients`` near-equal shards (or shards of exactly
@@ -25,7 +25,7 @@ def partition_iid(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Genera
     return ClientSamples([np.sort(part) for part in np.array_split(shuffled, num_clients)])
 
 
-@PARTITIONERS.register("dirichlet")
+@PARTITIONERS.register("dirichlet", bounds={"num_clients": ">= 1", "alpha": "> 0", "min_size": ">= 0", "max_tries": ">= 1"})
 def partition_dirichlet(
     dataset: ArrayDataset,
     pool: np.ndarray,
@@ -77,7 +77,7 @@ def partition_natural(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Ge
     return Partition(train=train, test=test)
 
 
-@PARTITIONERS.register("shards")
+@PARTITIONERS.register("shards", bounds={"num_clients": ">= 1", "shards_per_client": ">= 1"})
 def partition_shards(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, num_clients: int,
                      shards_per_client: int = 2) -> ClientSamples:
     """Pathological label shards (McMahan et al. 2017, §3: sort the data by label, cut it into

@@ -133,7 +133,7 @@ def _random_labels(dataset: ArrayDataset, rng: np.random.Generator, needed: int,
     return rng.permutation(dataset.num_classes)
 
 
-@PARTITIONERS.register("flt_scenario1")
+@PARTITIONERS.register("flt_scenario1", bounds={"num_clients": ">= 1", "num_clusters": ">= 1", "labels_per_cluster": ">= 1", "sampling": SAMPLINGS, "samples_per_client": ">= 1"})
 def partition_flt_scenario1(
     dataset: ArrayDataset,
     pool: np.ndarray,
@@ -159,7 +159,7 @@ def partition_flt_scenario1(
     return _label_clusters(dataset, pool, rng, "flt_scenario1", cluster_labels, num_clients, sampling, samples_per_client)
 
 
-@PARTITIONERS.register("flt_scenario2")
+@PARTITIONERS.register("flt_scenario2", bounds={"num_clients": ">= 1", "num_clusters": ">= 1", "sampling": SAMPLINGS, "samples_per_client": ">= 1"})
 def partition_flt_scenario2(
     dataset: ArrayDataset,
     pool: np.ndarray,
@@ -238,7 +238,9 @@ def _femnist_cluster_labels(num_classes: int, num_clusters: int, classes_per_clu
     return [order[c * classes_per_cluster:(c + 1) * classes_per_cluster] for c in range(num_clusters)]
 
 
-@PARTITIONERS.register("flt_structured_femnist")
+@PARTITIONERS.register("flt_structured_femnist", bounds={
+    "num_clients": ">= 1", "num_clusters": ">= 1", "classes_per_cluster": ">= 1", "alpha": ">= 0", "delta": "> 0", "sizes": ("paper", "code"),
+})
 def partition_flt_structured_femnist(
     dataset: ArrayDataset,
     pool: np.ndarray,

@@ -52,7 +52,7 @@ class ArrayDataset:
 DATASETS: Registry = Registry("dataset source")
 
 
-@DATASETS.register("digits")
+@DATASETS.register("digits", bounds={"size": ">= 1", "test_fraction": "(0, 1)"})
 def load_digits_dataset(root=None, *, size: int = 8, test_fraction: float | None = None) -> ArrayDataset:
     """scikit-learn's handwritten digits: 1,797 8x8 grey images, 10 classes, pixels scaled to [0, 1].
 
@@ -80,7 +80,7 @@ def load_digits_dataset(root=None, *, size: int = 8, test_fraction: float | None
     return ArrayDataset(x=np.ascontiguousarray(x), y=y, num_classes=10, test_mask=test_mask)
 
 
-@DATASETS.register("synthetic")
+@DATASETS.register("synthetic", bounds={"alpha": ">= 0", "beta": ">= 0", "num_users": ">= 1", "dimension": ">= 1", "num_classes": ">= 2", "seed": ">= 0", "max_user_samples": ">= 1"})
 def generate_synthetic(
     root=None,
     *,

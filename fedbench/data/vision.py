@@ -228,7 +228,7 @@ def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool 
     return _pool((_nchw(train), train.targets), (_nchw(test), test.targets), 10, normalize)
 
 
-@DATASETS.register("cifar100")
+@DATASETS.register("cifar100", bounds={"labels": ("fine", "coarse")})
 def load_cifar100(root: Path = Path("data"), *, labels: str = "fine", normalize="cifar100", download: bool = False,
                   check_md5: bool = True) -> ArrayDataset:
     """CIFAR-100, 60,000 32x32 RGB images (50k + 10k), from ``<root>/cifar-100-python``.

@@ -78,8 +78,13 @@ rule train:
         metrics=all_runs("metrics.json"),
 
 
+# The runs are inputs of `tables` itself: Snakemake does not rebuild a deleted intermediate file
+# (a cell's metrics.json) when the table made from it is still newer than the files that remain,
+# so without them `tables` would serve a table of runs that are no longer on disk.
 rule tables:
     input:
+        runs=all_runs("metrics.json"),
+        histories=all_runs("history.csv"),
         tables=table_files(),
         scorecard=scorecard_files(),
         curves=curve_figures(),

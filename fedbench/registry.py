@@ -54,8 +54,8 @@ class Range:
         return cls(
             min=None if low == -math.inf else low,
             max=None if high == math.inf else high,
-            min_inclusive=interval[1] == "[",
-            max_inclusive=interval[4] == "]",
+            min_inclusive=interval[1] == "[" or low == -math.inf,
+            max_inclusive=interval[4] == "]" or high == math.inf,
         )
 
     def contains(self, value: float) -> bool:

@@ -32,7 +32,7 @@ try:
     )
 except ConfigFileError as error:
     CONFIG_ERROR_LOG.parent.mkdir(parents=True, exist_ok=True)
-    CONFIG_ERROR_LOG.write_text(error.detail + "\n")
+    CONFIG_ERROR_LOG.write_text(f"{error.detail}\n")
     raise WorkflowError(f"Invalid fedbench config: {error} (full report: {CONFIG_ERROR_LOG})")
 except ValueError as error:
     raise WorkflowError(f"Invalid fedbench config: {error}")

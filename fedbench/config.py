@@ -11,6 +11,7 @@ cell, and that every ``published`` link resolves to rows of ``config/published_r
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import asdict, dataclass
 
@@ -113,6 +114,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
         _check_ignored_training(config, experiment, spec, algorithms)
         _check_repeated_cells(experiment, spec)
         _check_published_links(experiment, spec)
+    _check_feasible(config)
     unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
     if unknown:
         raise ConfigError(
@@ -123,6 +125,47 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
         published = load_published(published_csv)
         for experiment, spec in config.get("experiments", {}).items():
             _resolve_published(experiment, spec, published)
+
+
+def _partition_pairs(config: dict) -> list[tuple[str, str]]:
+    """Every (dataset, partition) pair a grid block or the ``partition_grid`` asks for."""
+    blocks = [block for spec in config.get("experiments", {}).values() for block in spec.get("grid", [])]
+    blocks += config.get("partition_grid", [])
+    return sorted({pair for block in blocks for pair in itertools.product(block["datasets"], block["partitions"])})
+
+
+def _check_feasible(config: dict) -> None:
+    """What the config says is enough to know a partition cannot be built: more clients than
+    samples, a kind's class or cluster structure the dataset cannot hold (its registered
+    ``feasible`` check against the source's registered ``facts``), teams beyond the clients, a
+    global test set or users the dataset does not have."""
+    for dataset, partition in _partition_pairs(config):
+        d_entry, p_entry = config["datasets"][dataset], config["partitions"][partition]
+        facts_of = DATASETS.extra(d_entry["source"], "facts")
+        if facts_of is None:
+            continue  # a source that declares no facts is checked when it is loaded
+        facts = facts_of(DATASETS.with_defaults(d_entry["source"], {k: v for k, v in d_entry.items() if k not in DATASET_KEYS}))
+        if d_entry.get("classes") is not None:  # a class subset, relabelled 0..k-1
+            outside = sorted(set(d_entry["classes"]) - set(range(facts.num_classes)))
+            if outside:
+                raise ConfigError(f"datasets.{dataset}.classes: {outside} not among the dataset's {facts.num_classes} classes")
+            facts = dataclasses.replace(facts, num_classes=len(d_entry["classes"]), num_samples=None)
+        kind = p_entry["kind"]
+        params = PARTITIONERS.with_defaults(kind, {k: v for k, v in p_entry.items() if k not in COMMON_KEYS})
+        where = f"partitions.{partition} (kind {kind!r}) on datasets.{dataset} (source {d_entry['source']!r})"
+        clients = params.get("num_clients", params.get("num_users"))
+        if kind == "natural":
+            clients = facts.num_users
+        problem = PARTITIONERS.extra(kind, "feasible", lambda p, d: None)(params, facts)
+        if problem is None and clients is not None and facts.num_samples is not None and 2 * clients > facts.num_samples:
+            problem = f"{clients} clients for the dataset's {facts.num_samples} samples (each needs a train and a test sample)"
+        teams = p_entry.get("teams")
+        if problem is None and teams and clients is not None and teams["count"] > clients:
+            problem = f"teams.count {teams['count']} exceeds the {clients} clients"
+        if problem is None and p_entry.get("test_set") == "global" and not facts.official_test:
+            problem = "test_set: global needs a dataset with an official test set"
+        if problem:
+            raise ConfigError(f"{where}: {problem}")
 
 
 def _build_algorithms(config: dict) -> dict:

@@ -202,10 +202,12 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, T] = {}
         self._bounds: dict[str, dict[str, list[Range | tuple]]] = {}
+        self._extras: dict[str, dict[str, Any]] = {}
 
-    def register(self, name: str, bounds: dict[str, Bound] | None = None) -> Callable[[T], T]:
+    def register(self, name: str, bounds: dict[str, Bound] | None = None, **extras) -> Callable[[T], T]:
         """Add ``builder`` under ``name``; ``bounds`` maps parameters to their allowed range
-        (``">= 0"``, ``"(0, 1]"``, a :class:`Range`), allowed values (a tuple), or a list of those."""
+        (``">= 0"``, ``"(0, 1]"``, a :class:`Range`), allowed values (a tuple), or a list of those.
+        ``extras`` are facts a registry's users read with :meth:`extra` (e.g. a dataset's ``facts``)."""
         def add(builder: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
@@ -216,6 +218,7 @@ class Registry(Generic[T]):
                     raise ValueError(f"{self.kind} {name!r}: bounds for unknown parameters {sorted(unknown)}")
             self._entries[name] = builder
             self._bounds[name] = declared
+            self._extras[name] = extras
             return builder
 
         return add
@@ -242,6 +245,16 @@ class Registry(Generic[T]):
             for p in signature.parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY
         }
+
+    def extra(self, name: str, key: str, default: Any = None) -> Any:
+        """A fact registered with the builder (``register(name, key=...)``), else ``default``."""
+        self[name]
+        return self._extras.get(name, {}).get(key, default)
+
+    def with_defaults(self, name: str, params: dict) -> dict:
+        """``params`` with the builder's defaults filled in (required parameters as given)."""
+        defaults = {k: v for k, v in self.parameters(name).items() if v is not inspect.Parameter.empty}
+        return {**defaults, **params}
 
     def hints(self, name: str) -> dict[str, Any]:
         """Type hints of the builder's keyword parameters (``inspect.Parameter.empty`` where none)."""

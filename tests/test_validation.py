@@ -127,6 +127,34 @@ def test_builder_without_bounds_is_still_type_checked():
     assert Range.parse("[1, inf)") == Range(min=1)
 
 
+# ---- 2. feasibility before jobs ----------------------------------------------------------------
+
+FEASIBILITY_CASES = [
+    ({"partitions/iid/num_clients": 5000}, "partitions.iid (kind 'iid') on datasets.digits", r"5000 clients for the dataset's 1797 samples"),
+    ({"partitions/iid/kind": "natural", "partitions/iid/num_clients": DELETE, "partitions/iid/test_fraction": DELETE},
+     "partitions.iid (kind 'natural') on datasets.digits", r"needs a dataset whose samples have users"),
+    ({"partitions/iid/teams": {"count": 9}}, "partitions.iid", r"teams.count 9 exceeds the 4 clients"),
+    ({"partitions/iid/test_set": "global"}, "partitions.iid", r"test_set: global needs a dataset with an official test set"),
+    ({"partitions/iid": {"kind": "flt_scenario1", "num_clients": 10, "num_clusters": 3, "labels_per_cluster": 2},
+      "datasets/digits/test_fraction": 0.25}, "partitions.iid (kind 'flt_scenario1')", r"need exactly 6 classes; the dataset has 10"),
+    ({"partitions/iid": {"kind": "flt_scenario2", "num_clients": 10, "num_clusters": 5}},
+     "partitions.iid (kind 'flt_scenario2')", r"official test set"),
+    ({"partitions/iid": {"kind": "flt_structured_femnist", "num_clients": 10, "num_clusters": 3, "classes_per_cluster": 2},
+      "datasets/digits/test_fraction": 0.25}, "partitions.iid", r"num_clients \(10\) must be a multiple of num_clusters \(3\)"),
+    ({"partitions/iid": {"kind": "femam_cluster", "classes_per_cluster": 11, "num_clusters": 2, "num_clients": 4}},
+     "partitions.iid (kind 'femam_cluster')", r"classes_per_cluster <= 10"),
+    ({"partitions/iid": {"kind": "pfedme_mnist_labels", "num_users": 4, "num_labels": 12}}, "partitions.iid", r"num_labels 12 exceeds the dataset's 10"),
+    ({"datasets/digits/classes": [0, 1, 12]}, "datasets.digits.classes", r"\[12\] not among the dataset's 10 classes"),
+    # an encoder named by an algorithm but not declared
+    ({"algorithms/flt": {"method": "flt", "encoder": "enc9"}}, "algorithms.flt.encoder", r"'enc9' is not declared under 'encoders'"),
+]
+
+
+@pytest.mark.parametrize("changes, entry, pattern", FEASIBILITY_CASES, ids=[c[2][:30] for c in FEASIBILITY_CASES])
+def test_infeasible_partitions_stop_before_any_job(changes, entry, pattern):
+    assert_stops(edited(changes), entry, pattern, ConfigError)
+
+
 # ---- 3. published links resolved first --------------------------------------------------------
 
 PUBLISHED_CASES = [

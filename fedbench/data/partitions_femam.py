@@ -144,7 +144,10 @@ def refilling_picker(num_classes: int, total: int, rng: np.random.Generator) -> 
 @PARTITIONERS.register("femam_cluster", bounds={
     "classes_per_cluster": ">= 1", "num_clusters": ">= 1", "num_clients": ">= 1", "cluster_sizes": CLUSTER_SIZES,
     "concentration": "> 0", "val_ratio": "[0, 1)", "test_ratio": "(0, 1)",
-})
+}, feasible=lambda p, d: None if 1 <= p["classes_per_cluster"] <= d.num_classes <= p["classes_per_cluster"] * p["num_clusters"] else (
+    f"needs 1 <= classes_per_cluster <= {d.num_classes} (the dataset's classes) and classes_per_cluster x num_clusters "
+    f">= {d.num_classes}, got ({p['classes_per_cluster']}, {p['num_clusters']})"
+))
 def partition_femam_cluster(
     dataset: ArrayDataset,
     pool: np.ndarray,

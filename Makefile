@@ -1,21 +1,52 @@
-# make run    the default suite (config/config.yaml) and its HTML report
-# make test   the test suite
+# make run           the default suite (config/config.yaml; CONFIG=other.yaml for another) and its HTML report
+# make test          the test suite
+# make unlock        remove the lock a killed run left behind (see README, "Troubleshooting")
+# make stale         list finished cells whose code changed since they ran (ALGORITHM=name: one algorithm)
+# make rerun-stale   rerun exactly those cells (and the tables)
 #
 # Both create .venv on first use (Python >= 3.11) and re-install fedbench only when
 # pyproject.toml changes (stamp file .venv/.installed), so later calls start at once.
 # A plain `pip install torch` pulls the CUDA build (several GB); that is expected.
 
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= all
+CONFIG ?= config/config.yaml
+# Snakemake reads config/config.yaml (the Snakefile's configfile) and then CONFIG over it
+CONFIGS := config/config.yaml $(filter-out config/config.yaml,$(CONFIG))
+RUN_LOG := .snakemake/log/make_run.txt
 
-.PHONY: run test report clean-results
+.PHONY: run test report unlock stale rerun-stale clean-results
 
+# On failure, a lock left by a killed run gets a plain explanation instead of Snakemake's exception.
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES)
-	$(BIN)/snakemake --report reports/fedbench.html
+	@mkdir -p $(dir $(RUN_LOG)); set -o pipefail; \
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) 2>&1 | tee $(RUN_LOG); status=$$?; \
+	if [ $$status -ne 0 ] && grep -q "cannot be locked" $(RUN_LOG); then \
+	  echo ""; \
+	  echo "fedbench: this directory is still locked by an earlier Snakemake run."; \
+	  echo "  If that run is still going (ps aux | grep snakemake), wait for it or use another results: root."; \
+	  echo "  If it was killed (Ctrl-C twice, kill -9, power loss), remove the stale lock with:  make unlock"; \
+	  echo "  then run 'make run' again: jobs the killed run left half-done are redone (--rerun-incomplete)."; \
+	fi; \
+	[ $$status -eq 0 ] || exit $$status; \
+	$(BIN)/snakemake --configfile $(CONFIG) --report reports/fedbench.html
+
+unlock: $(STAMP)
+	$(BIN)/snakemake --unlock --configfile $(CONFIG)
+
+stale: $(STAMP)
+	$(BIN)/python -m fedbench.provenance --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM))
+
+rerun-stale: $(STAMP)
+	@stale="$$($(BIN)/python -m fedbench.provenance --paths --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM)))" \
+	  || exit 1; \
+	if [ -z "$$stale" ]; then echo "nothing out of date"; exit 0; fi; \
+	echo "rerunning: $$stale"; \
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --forcerun $$stale
 
 test: $(STAMP)
 	$(BIN)/pytest
@@ -29,4 +60,4 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 clean-results:
-	rm -rf results logs reports/fedbench.html
+	rm -rf results reports/fedbench.html

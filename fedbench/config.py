@@ -2,12 +2,16 @@
 
 The JSON schema (``workflow/schemas/config.schema.yaml``) checks structure and types; this
 module checks what the schema cannot: that every name refers to a registered source,
-partitioner, model, algorithm or protocol, that grids name declared entries, and that each
-entry's parameters are ones its builder accepts.
+partitioner, model, algorithm or protocol, that grids name declared entries, that each
+entry's parameters are ones its builder accepts with values of its builder's types and
+declared bounds (:meth:`fedbench.registry.Registry.check_params`), that no experiment sets a
+training setting one of its algorithms ignores, that no two grid blocks produce the same
+cell, and that every ``published`` link resolves to rows of ``config/published_results.csv``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import asdict, dataclass
 
@@ -18,6 +22,8 @@ from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
 from fedbench.models import MODELS
 from fedbench.protocols import PROTOCOLS
 from fedbench.registry import UnknownNameError
+from fedbench.results.published import PUBLISHED_CSV, links, load_published
+from fedbench.validation import SCHEMA, check_finite, check_schema, load_yaml_strict
 
 # config section -> (key naming the builder, registry, keys handled outside the builder)
 SECTIONS = {
@@ -58,8 +64,28 @@ def partition_stem(results: str, dataset: str, partition: str, seed: int) -> str
     return f"{results}/partitions/{dataset}/{partition}/seed{seed}"
 
 
-def check_config(config: dict) -> None:
-    """Raise :class:`ConfigError` naming the first problem and the valid choices."""
+def validate_config(config: dict, configfiles=(), schema=SCHEMA, published_csv=PUBLISHED_CSV) -> None:
+    """Everything checked when the workflow starts, in order: the config files read without a
+    repeated key, the (merged) ``config`` against the JSON schema, then :func:`check_config`.
+    Raises a ``ValueError`` (:class:`~fedbench.validation.ConfigFileError` or
+    :class:`ConfigError`) whose message is one line naming the entry."""
+    for path in dict.fromkeys(map(str, configfiles)):
+        load_yaml_strict(path)
+    try:
+        check_finite(config)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    check_schema(config, schema)
+    check_config(config, published_csv)
+
+
+def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
+    """Raise :class:`ConfigError` naming the first problem and the valid choices; ``published_csv``
+    is the table ``published`` links are resolved against (``None``: links are not resolved)."""
+    try:
+        check_finite(config)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     _check_encoder_names(config)
     for section, (key, registry, extra) in SECTIONS.items():
         for name, entry in config.get(section, {}).items():
@@ -75,6 +101,7 @@ def check_config(config: dict) -> None:
                 registry.check_params(entry[key], params, where)
             except ValueError as error:
                 raise ConfigError(str(error)) from None
+    algorithms = _build_algorithms(config)
     for i, block in enumerate(config.get("partition_grid", [])):
         _check_declared(config, block, f"partition_grid[{i}]", ("datasets", "partitions"))
     for experiment, spec in config.get("experiments", {}).items():
@@ -84,14 +111,137 @@ def check_config(config: dict) -> None:
             raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
+        _check_ignored_training(config, experiment, spec, algorithms)
+        _check_repeated_cells(experiment, spec)
         _check_published_links(experiment, spec)
         _check_bn_aggregation(config, experiment, spec)
+    _check_feasible(config)
     unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
     if unknown:
         raise ConfigError(
             f"only_experiments: {', '.join(unknown)} not declared under 'experiments'; "
             f"declared: {', '.join(config.get('experiments', {})) or '(none)'}"
         )
+    if published_csv is not None and any(spec.get("published") for spec in config.get("experiments", {}).values()):
+        published = load_published(published_csv)
+        for experiment, spec in config.get("experiments", {}).items():
+            _resolve_published(experiment, spec, published)
+
+
+def _partition_pairs(config: dict) -> list[tuple[str, str]]:
+    """Every (dataset, partition) pair a grid block or the ``partition_grid`` asks for."""
+    blocks = [block for spec in config.get("experiments", {}).values() for block in spec.get("grid", [])]
+    blocks += config.get("partition_grid", [])
+    return sorted({pair for block in blocks for pair in itertools.product(block["datasets"], block["partitions"])})
+
+
+def _check_feasible(config: dict) -> None:
+    """What the config says is enough to know a partition cannot be built: more clients than
+    samples, a kind's class or cluster structure the dataset cannot hold (its registered
+    ``feasible`` check against the source's registered ``facts``), teams beyond the clients, a
+    global test set or users the dataset does not have."""
+    for dataset, partition in _partition_pairs(config):
+        d_entry, p_entry = config["datasets"][dataset], config["partitions"][partition]
+        facts_of = DATASETS.extra(d_entry["source"], "facts")
+        if facts_of is None:
+            continue  # a source that declares no facts is checked when it is loaded
+        facts = facts_of(DATASETS.with_defaults(d_entry["source"], {k: v for k, v in d_entry.items() if k not in DATASET_KEYS}))
+        if d_entry.get("classes") is not None:  # a class subset, relabelled 0..k-1
+            outside = sorted(set(d_entry["classes"]) - set(range(facts.num_classes)))
+            if outside:
+                raise ConfigError(f"datasets.{dataset}.classes: {outside} not among the dataset's {facts.num_classes} classes")
+            facts = dataclasses.replace(facts, num_classes=len(d_entry["classes"]), num_samples=None)
+        kind = p_entry["kind"]
+        params = PARTITIONERS.with_defaults(kind, {k: v for k, v in p_entry.items() if k not in COMMON_KEYS})
+        where = f"partitions.{partition} (kind {kind!r}) on datasets.{dataset} (source {d_entry['source']!r})"
+        clients = params.get("num_clients", params.get("num_users"))
+        if kind == "natural":
+            clients = facts.num_users
+        problem = PARTITIONERS.extra(kind, "feasible", lambda p, d: None)(params, facts)
+        if problem is None and clients is not None and facts.num_samples is not None and 2 * clients > facts.num_samples:
+            problem = f"{clients} clients for the dataset's {facts.num_samples} samples (each needs a train and a test sample)"
+        teams = p_entry.get("teams")
+        if problem is None and teams and clients is not None and teams["count"] > clients:
+            problem = f"teams.count {teams['count']} exceeds the {clients} clients"
+        if problem is None and p_entry.get("test_set") == "global" and not facts.official_test:
+            problem = "test_set: global needs a dataset with an official test set"
+        if problem:
+            raise ConfigError(f"{where}: {problem}")
+
+
+def _build_algorithms(config: dict) -> dict:
+    """Every algorithm entry built by its builder (cheap: plain settings), so the builder's own
+    checks run before any job; name -> algorithm."""
+    built = {}
+    for name, entry in config.get("algorithms", {}).items():
+        params = {k: v for k, v in entry.items() if k != "method"}
+        try:
+            built[name] = ALGORITHMS[entry["method"]](**params)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"algorithms.{name}: {error}") from None
+    return built
+
+
+def _check_ignored_training(config: dict, experiment: str, spec: dict, algorithms: dict) -> None:
+    """A training setting the experiment sets but one of its grid's algorithms never reads
+    (``ignored_training`` of the built algorithm, e.g. ``momentum`` for pFedMe) is an error."""
+    given = spec.get("training", {})
+    for block in spec.get("grid", []):
+        for name in block["algorithms"]:
+            ignored = getattr(algorithms.get(name), "ignored_training", {}) or {}
+            for key in given:
+                if key in ignored:
+                    raise ConfigError(
+                        f"experiments.{experiment}.training.{key}: algorithm {name!r} "
+                        f"(method {config['algorithms'][name]['method']!r}) ignores it: {ignored[key]}; "
+                        f"remove {key!r} or move {name!r} to an experiment without it"
+                    )
+
+
+def _check_repeated_cells(experiment: str, spec: dict) -> None:
+    """Two grid blocks of one experiment must not produce the same cell (the same run directory)."""
+    owner: dict[tuple, int] = {}
+    for i, block in enumerate(spec.get("grid", [])):
+        for combo in itertools.product(block["datasets"], block["partitions"], block["models"], block["algorithms"]):
+            if combo in owner:
+                raise ConfigError(
+                    f"experiments.{experiment}.grid[{owner[combo]}] and grid[{i}] both produce the cell "
+                    f"{'/'.join(combo)} (one run directory); list it in one block only"
+                )
+            owner[combo] = i
+
+
+# the published block's keys, in the order a link is narrowed down (the CSV's columns)
+_PUBLISHED_KEYS = ("paper", "table", "dataset", "partition", "model")
+
+
+def _resolve_published(experiment: str, spec: dict, published) -> None:
+    """Every link of the experiment's ``published`` block matches rows of the published table;
+    otherwise name the first key that matches nothing and the values it could take."""
+    block = spec.get("published")
+    if not block:
+        return
+    models = sorted(set(block.get("models", {}).values())) or [block.get("model")]
+    for link in links(spec):
+        for model in models:
+            keys = {k: block[k] for k in _PUBLISHED_KEYS if k in block}
+            if model is not None:
+                keys["model"] = model
+            keys.update(method=link.method, setting=link.setting)
+            rows = published
+            for key, value in keys.items():
+                matched = rows[rows[key] == value]
+                if matched.empty:
+                    where = f"experiments.{experiment}.published" + (
+                        f".rows.{link.algorithm}.{key}" if key in ("method", "setting") else
+                        (".models" if key == "model" and "models" in block else f".{key}")
+                    )
+                    choices = sorted(map(str, rows[key].unique()))
+                    raise ConfigError(
+                        f"{where}: {value!r} matches no row of the published results "
+                        f"(given the keys before it); valid choices: {', '.join(choices)}"
+                    )
+                rows = matched
 
 
 def _check_published_links(experiment: str, spec: dict) -> None:

@@ -28,6 +28,7 @@ from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.models import build_model
 from fedbench.protocols import PROTOCOLS
+from fedbench.provenance import cell_roots, partition_roots, provenance
 
 log = logging.getLogger("fedbench")
 
@@ -39,7 +40,8 @@ def build_partition(config: dict, dataset: str, partition: str, seed: int, npz_p
     data = load_dataset(config["datasets"][dataset], config.get("data_root", "data"))
     spec = config["partitions"][partition]
     parts = partition_dataset(data, spec, seed)
-    meta = {"dataset": dataset, "partition": partition, "seed": seed, "spec": spec}
+    meta = {"dataset": dataset, "partition": partition, "seed": seed, "spec": spec,
+            "provenance": provenance(partition_roots(config["datasets"][dataset], spec))}
     save_partition(parts, data.y, data.num_classes, npz_path, json_path, meta)
     log.info("partition %s/%s seed %d: %d clients", dataset, partition, seed, parts.num_clients)
 
@@ -190,6 +192,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         "device": str(dev),
         "wall_time_s": round(time.perf_counter() - started, 3),
         "peak_memory": peak_memory_mb(dev),
+        "provenance": provenance(cell_roots(spec)),  # version, commit, hash of the code that ran
     }
     out = Path(out_dir)
     if "ari" in history_df:

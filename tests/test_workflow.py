@@ -97,9 +97,42 @@ def test_every_output_and_log_is_written(tiny_run):
             history = pd.read_csv(run / "history.csv")
             assert list(history["round"]) == [2, 4]
             assert len(pd.read_csv(run / "clients.csv")) == 4
-            log = tiny_run / "logs" / "train" / "tiny" / "digits" / partition / "mlr" / algorithm / "seed0.log"
+            log = results / "logs" / "train" / "tiny" / "digits" / partition / "mlr" / algorithm / "seed0.log"
             assert "round 4/4" in log.read_text()  # the fedbench logger lands in the job's log
     assert (results / "figures" / "curves_tiny.png").stat().st_size > 0
+    assert not (tiny_run / "logs").exists()  # every log under the results root
+
+
+def test_runs_record_their_provenance_and_code_changes_are_listed(tiny_run, tmp_path):
+    """Each metrics.json names the code that ran it; a changed module marks only the cells that
+    import it (here: a recorded hash of fedavg.py that no longer matches)."""
+    from fedbench.provenance import stale_outputs
+
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["results"] = str(tmp_path / "results")
+    shutil.copytree(tiny_run / "results", tmp_path / "results")
+    runs = tmp_path / "results" / "runs" / "tiny" / "digits"
+    for partition in ("iid", "dir0.5"):
+        recorded = json.loads((runs / partition / "mlr" / "fedavg" / "seed0" / "metrics.json").read_text())["provenance"]
+        assert {"fedbench_version", "git_commit", "git_dirty", "code_hash", "code_files"} <= set(recorded)
+        assert "fedbench/algorithms/fedavg.py" in recorded["code_files"]
+        assert "fedbench/engine/vectorised.py" in recorded["code_files"]
+        assert "fedbench/algorithms/pfedme.py" not in recorded["code_files"]  # another algorithm's module
+        local = json.loads((runs / partition / "mlr" / "local" / "seed0" / "metrics.json").read_text())["provenance"]
+        assert "fedbench/algorithms/fedavg.py" not in local["code_files"]
+    partition_meta = json.loads((tmp_path / "results" / "partitions" / "digits" / "iid" / "seed0.json").read_text())
+    assert "fedbench/data/partitioners.py" in partition_meta["provenance"]["code_files"]
+    assert stale_outputs(config) == []
+
+    metrics = runs / "iid" / "mlr" / "fedavg" / "seed0" / "metrics.json"
+    content = json.loads(metrics.read_text())
+    content["provenance"]["code_files"]["fedbench/algorithms/fedavg.py"] = "0" * 16  # as if fedavg.py was edited since
+    metrics.write_text(json.dumps(content))
+    assert stale_outputs(config) == [(str(metrics), ["fedbench/algorithms/fedavg.py"])]
+    assert stale_outputs(config, algorithm="local") == []
+    del content["provenance"]
+    metrics.write_text(json.dumps(content))
+    assert stale_outputs(config) == [(str(metrics), None)]  # written before provenance: listed as unknown
 
 
 def test_nothing_to_do_after_a_run(tiny_run):
@@ -126,6 +159,44 @@ def test_editing_a_partition_reruns_only_what_depends_on_it(tiny_run, tmp_path):
     }, process.stdout[-3000:]
 
 
+def test_tables_rebuild_a_deleted_run(tiny_run):
+    """Deleting a run directory and asking for the tables reruns that cell and rebuilds the tables."""
+    configfile = tiny_run / "tiny_config.yaml"
+    run = tiny_run / "results" / "runs" / "tiny" / "digits" / "iid" / "mlr" / "fedavg" / "seed0"
+    table = tiny_run / "results" / "tables" / "results.csv"
+    before = table.stat().st_mtime
+    shutil.rmtree(run)
+    process = snakemake(tiny_run, "-n", "tables", configfile=configfile)
+    assert planned_jobs(process.stdout) == {"train_cell": 1, "results_table": 1, "accuracy_curves": 1, "tables": 1}, process.stdout[-3000:]
+    snakemake(tiny_run, "--cores", "2", "tables", configfile=configfile)
+    assert json.loads((run / "metrics.json").read_text())["cell"]["algorithm"] == "fedavg"
+    assert table.stat().st_mtime > before and len(pd.read_csv(table)) == 4
+    assert planned_jobs(snakemake(tiny_run, "-n", configfile=configfile).stdout) == {}
+
+
+def test_two_configs_run_side_by_side(tmp_path):
+    """Two configs with different ``results:`` roots run at once in one directory; each writes
+    its own outputs and logs."""
+    base = yaml.safe_load(TINY_CONFIG.read_text())
+    base["experiments"]["tiny"]["training"]["rounds"] = 2
+    base["experiments"]["tiny"]["grid"][0].update(partitions=["iid"], algorithms=["fedavg"])
+    processes = {}
+    for name in ("run_a", "run_b"):
+        config = {**base, "results": name}
+        configfile = write_config(tmp_path / f"{name}.yaml", config)
+        command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                   "--configfile", str(configfile), "--cores", "1", "train"]
+        processes[name] = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for name, process in processes.items():
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, output[-4000:]
+        cell = "tiny/digits/iid/mlr/fedavg/seed0"
+        assert (tmp_path / name / "runs" / cell / "metrics.json").exists()
+        assert "round 2/2" in (tmp_path / name / "logs" / "train" / f"{cell}.log").read_text()
+        assert (tmp_path / name / "logs" / "partitions" / "digits" / "iid" / "seed0.log").exists()
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "results").exists()
+
+
 # ---- planning and validation, without running jobs ------------------------------------
 
 
@@ -150,6 +221,24 @@ def test_schema_rejects_unknown_keys(tmp_path):
     process = snakemake(tmp_path, "--cores", "1", configfile=write_config(tmp_path / "bad.yaml", config), check=False)
     assert process.returncode != 0
     assert "learning_rate" in process.stdout, process.stdout[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_typo_and_repeated_key_stop_snakemake_with_one_line(tmp_path):
+    """The Snakefile runs the planning checks: one line on screen, the schema's report in the log."""
+    text = TINY_CONFIG.read_text()
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(text.replace("\nexperiments:", "\nexperiment:"))
+    process = snakemake(tmp_path, "-n", configfile=typo, check=False)
+    assert process.returncode != 0
+    line = next(line for line in process.stdout.splitlines() if "Invalid fedbench config" in line)
+    assert "unknown key 'experiment' at top level; did you mean 'experiments'?" in line, process.stdout[-3000:]
+    assert "On instance" not in process.stdout  # no schema dump on screen ...
+    assert "Failed validating" in (tmp_path / ".snakemake" / "log" / "fedbench_config_error.log").read_text()  # ... but in the log
+    repeated = tmp_path / "repeated.yaml"
+    repeated.write_text(text.replace("  local:\n    method: local\n", "  local:\n    method: local\n  local:\n    method: fedavg\n"))
+    process = snakemake(tmp_path, "-n", configfile=repeated, check=False)
+    assert process.returncode != 0 and "key 'local' appears twice in one mapping" in process.stdout, process.stdout[-3000:]
     assert not (tmp_path / "results").exists()
 
 

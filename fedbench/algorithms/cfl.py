@@ -169,7 +169,7 @@ class CFL:
         }
 
 
-@ALGORITHMS.register("cfl")
+@ALGORITHMS.register("cfl", bounds={"eps1": ">= 0", "eps2": ">= 0", "min_cluster_size": ">= 1", "warmup_rounds": ">= 0"})
 def cfl(*, eps1: float = 0.4, eps2: float = 1.6, min_cluster_size: int = 3, warmup_rounds: int = 20) -> CFL:
     """CFL (Sattler et al. 2020): per-cluster FedAvg of weight updates; a cluster with mean update norm
     < eps1 and max client update norm > eps2 is bi-partitioned by cosine similarity of the updates."""

@@ -32,6 +32,14 @@ class FedAvg:
 
     keeps_local_bn = True  # honours training.bn_aggregation
 
+    @property
+    def ignored_training(self) -> dict[str, str]:
+        """Training settings this configuration never reads (setting them is a config error)."""
+        if self.local_steps is None:
+            return {}
+        why = f"fedavg with local_steps={self.local_steps} runs that many plain SGD minibatch steps"
+        return {"local_epochs": f"{why}, not epochs", "momentum": f"{why}, without momentum"}
+
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "local": fed.local_state(initial)}
 
@@ -54,7 +62,7 @@ class FedAvg:
         return state["global"]
 
 
-@ALGORITHMS.register("fedavg")
+@ALGORITHMS.register("fedavg", bounds={"local_steps": ">= 1"})
 def fedavg(*, local_steps: int | None = None) -> FedAvg:
     """FedAvg (McMahan et al. 2017), sample-weighted aggregation; local work in epochs, or in
     ``local_steps`` minibatch steps (the pFedMe/PerMFL code's FedAvg)."""
@@ -63,13 +71,13 @@ def fedavg(*, local_steps: int | None = None) -> FedAvg:
     return FedAvg(local_steps=local_steps)
 
 
-@ALGORITHMS.register("fedprox")
+@ALGORITHMS.register("fedprox", bounds={"mu": ">= 0"})
 def fedprox(*, mu: float = 0.01) -> FedAvg:
     """FedProx (Li et al. 2020) with proximal coefficient ``mu`` (mu = 0 is FedAvg)."""
     return FedAvg(prox_mu=mu)
 
 
-@ALGORITHMS.register("fedavg_plus")
+@ALGORITHMS.register("fedavg_plus", bounds={"finetune_epochs": ">= 0"})
 def fedavg_plus(*, finetune_epochs: int = 1) -> FedAvg:
     """FedAvg+ (FeMAM's baseline): FedAvg, then each client fine-tunes for ``finetune_epochs`` epochs."""
     return FedAvg(finetune_epochs=finetune_epochs)

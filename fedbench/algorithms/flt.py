@@ -136,7 +136,10 @@ class FLT:
         return {name: state[name] for name in keep if state.get(name) is not None}
 
 
-@ALGORITHMS.register("flt")
+@ALGORITHMS.register("flt", bounds={
+        "finetune_epochs": ">= 0", "k": ">= 1", "gamma": "> 0", "distance": ("min", "matching"), "clusters": [">= 1", ("auto",)],
+        "aggregation": ("simultaneous", "in_place"), "umap_neighbors": ">= 2", "umap_min_dist": ">= 0",
+    })
 def flt(
     *,
     encoder: str,
@@ -155,7 +158,10 @@ def flt(
                umap_neighbors, umap_min_dist, 0)
 
 
-@ALGORITHMS.register("pca_km_hc")
+@ALGORITHMS.register("pca_km_hc", bounds={
+        "k": ">= 1", "pca_components": ">= 1", "gamma": "> 0", "distance": ("min", "matching"), "clusters": [">= 1", ("auto",)],
+        "aggregation": ("simultaneous", "in_place"),
+    })
 def pca_km_hc(
     *,
     k: int = 5,

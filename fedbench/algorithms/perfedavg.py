@@ -38,6 +38,12 @@ class PerFedAvg:
     local_steps: int = 20
     adaptation: str = "paper"
 
+    # training settings Per-FedAvg never reads (setting them is a config error)
+    ignored_training = {
+        "local_epochs": "Per-FedAvg runs local_steps rounds of two minibatch gradient steps, not epochs",
+        "momentum": "Per-FedAvg's inner and meta steps are plain gradient steps, without momentum",
+    }
+
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial}
 
@@ -77,7 +83,7 @@ class PerFedAvg:
         return state["global"]
 
 
-@ALGORITHMS.register("perfedavg")
+@ALGORITHMS.register("perfedavg", bounds={"beta": "> 0", "local_steps": ">= 1", "adaptation": ADAPTATIONS})
 def perfedavg(*, beta: float = 0.001, local_steps: int = 20, adaptation: str = "paper") -> PerFedAvg:
     """Per-FedAvg (FO): meta step size ``beta`` (the pFedMe repository's README value), inner step
     ``training.lr``, ``local_steps`` local rounds; ``adaptation`` "paper" (one step on training

@@ -39,6 +39,12 @@ class PFedMe:
     local_steps: int = 20
     beta: float = 1.0
 
+    # training settings pFedMe never reads (setting them is a config error)
+    ignored_training = {
+        "local_epochs": "pFedMe runs local_steps x inner_steps minibatch steps, not epochs",
+        "momentum": "pFedMe's personal and Moreau-envelope steps are plain gradient steps, without momentum",
+    }
+
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "personal": broadcast(initial, fed.num_clients)}
 
@@ -76,7 +82,7 @@ class PFedMe:
         return state["global"]
 
 
-@ALGORITHMS.register("pfedme")
+@ALGORITHMS.register("pfedme", bounds={"lam": "> 0", "personal_lr": "> 0", "inner_steps": ">= 1", "local_steps": ">= 1", "beta": "> 0"})
 def pfedme(
     *, lam: float = 15.0, personal_lr: float = 0.09, inner_steps: int = 5, local_steps: int = 20, beta: float = 1.0
 ) -> PFedMe:

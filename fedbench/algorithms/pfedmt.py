@@ -181,6 +181,12 @@ class PFedMT:
     global_step: str = "eq4"
     weighting: str = "samples"
 
+    # training settings pFedMT never reads (setting them is a config error; its step sizes are alpha, eta, beta)
+    ignored_training = {
+        "local_epochs": "pFedMT runs team_iterations x local_iterations minibatch steps, not epochs",
+        "momentum": "pFedMT's steps are plain gradient steps, without momentum",
+    }
+
     def __post_init__(self):
         if self.global_step not in GLOBAL_STEPS:
             raise ValueError(f"global_step must be one of {GLOBAL_STEPS}, got {self.global_step!r}")
@@ -218,7 +224,10 @@ class PFedMT:
         return state["global"]
 
 
-@ALGORITHMS.register("pfedmt")
+@ALGORITHMS.register("pfedmt", bounds={
+        "team_iterations": ">= 1", "local_iterations": ">= 1", "alpha": "> 0", "eta": "> 0", "lam": "> 0", "gamma": ">= 0",
+        "beta": "> 0", "global_step": GLOBAL_STEPS, "weighting": WEIGHTINGS,
+    })
 def pfedmt(
     *,
     team_iterations: int = 30,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbench.data.sources import DATASETS, ArrayDataset
+from fedbench.data.sources import DATASETS, ArrayDataset, DatasetFacts
 from fedbench.data.vision import resolve_normalization
 
 FEMNIST_CLASSES = 62  # digits, upper- and lower-case letters (LEAF relabel_class)
@@ -60,7 +60,10 @@ def _kept_writers(train: dict, test: dict, min_samples: int, max_users: int | No
     return writers if max_users is None else writers[:max_users]
 
 
-@DATASETS.register("femnist")
+@DATASETS.register(
+    "femnist", bounds={"min_samples": ">= 0", "max_users": ">= 1", "shards": ">= 0"},
+    facts=lambda p: DatasetFacts(62, None, has_users=True, num_users=p["max_users"]),
+)
 def load_femnist(root: Path = Path("data"), *, min_samples: int = 0, max_users: int | None = None,
                  shards: list[int] | None = None, invert: bool = False, normalize="none") -> ArrayDataset:
     """FEMNIST from LEAF JSON: 62 classes, 28x28 grey images ``[N, 1, 28, 28]``, ``users`` = writer index in

@@ -12,7 +12,7 @@ from fedbench.data.partition import PARTITIONERS, ClientSamples, Partition
 from fedbench.data.sources import ArrayDataset
 
 
-@PARTITIONERS.register("iid")
+@PARTITIONERS.register("iid", bounds={"num_clients": ">= 1", "samples_per_client": ">= 1"}, feasible=lambda p, d: None if p["samples_per_client"] is None or d.num_samples is None or p["samples_per_client"] * p["num_clients"] <= d.num_samples else f"{p['num_clients']} clients x {p['samples_per_client']} samples exceed the dataset's {d.num_samples}")
 def partition_iid(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, num_clients: int,
                   samples_per_client: int | None = None) -> ClientSamples:
     """Shuffle the pool and deal it into ``num_clients`` near-equal shards (or shards of exactly
@@ -25,7 +25,7 @@ def partition_iid(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Genera
     return ClientSamples([np.sort(part) for part in np.array_split(shuffled, num_clients)])
 
 
-@PARTITIONERS.register("dirichlet")
+@PARTITIONERS.register("dirichlet", bounds={"num_clients": ">= 1", "alpha": "> 0", "min_size": ">= 0", "max_tries": ">= 1"})
 def partition_dirichlet(
     dataset: ArrayDataset,
     pool: np.ndarray,
@@ -63,7 +63,7 @@ def partition_dirichlet(
     )
 
 
-@PARTITIONERS.register("natural")
+@PARTITIONERS.register("natural", feasible=lambda p, d: None if d.has_users else "kind 'natural' needs a dataset whose samples have users (synthetic, femnist)")
 def partition_natural(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator) -> ClientSamples | Partition:
     """One client per user of the dataset (Synthetic's users, LEAF writers).  Where the dataset
     has an official per-user split (LEAF), it is kept: the user's test samples are its test set."""
@@ -77,7 +77,7 @@ def partition_natural(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Ge
     return Partition(train=train, test=test)
 
 
-@PARTITIONERS.register("shards")
+@PARTITIONERS.register("shards", bounds={"num_clients": ">= 1", "shards_per_client": ">= 1"}, feasible=lambda p, d: None if d.num_samples is None or p["num_clients"] * p["shards_per_client"] <= d.num_samples else f"{p['num_clients']} x {p['shards_per_client']} shards exceed the dataset's {d.num_samples} samples")
 def partition_shards(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, num_clients: int,
                      shards_per_client: int = 2) -> ClientSamples:
     """Pathological label shards (McMahan et al. 2017, §3: sort the data by label, cut it into

@@ -141,7 +141,13 @@ def refilling_picker(num_classes: int, total: int, rng: np.random.Generator) -> 
     return np.concatenate([rng.permutation(num_classes) for _ in range(rounds)])[:total]
 
 
-@PARTITIONERS.register("femam_cluster")
+@PARTITIONERS.register("femam_cluster", bounds={
+    "classes_per_cluster": ">= 1", "num_clusters": ">= 1", "num_clients": ">= 1", "cluster_sizes": CLUSTER_SIZES,
+    "concentration": "> 0", "val_ratio": "[0, 1)", "test_ratio": "(0, 1)",
+}, feasible=lambda p, d: None if 1 <= p["classes_per_cluster"] <= d.num_classes <= p["classes_per_cluster"] * p["num_clusters"] else (
+    f"needs 1 <= classes_per_cluster <= {d.num_classes} (the dataset's classes) and classes_per_cluster x num_clusters "
+    f">= {d.num_classes}, got ({p['classes_per_cluster']}, {p['num_clusters']})"
+))
 def partition_femam_cluster(
     dataset: ArrayDataset,
     pool: np.ndarray,
@@ -248,7 +254,10 @@ def multilevel_tree(structure: list[int], num_clients: int, min_clients: int, cl
     return levels
 
 
-@PARTITIONERS.register("femam_multilevel")
+@PARTITIONERS.register("femam_multilevel", bounds={
+    "structure": ">= 1", "classes_per_cluster": ">= 1", "num_clients": ">= 1", "min_clients": ">= 1",
+    "cluster_sizes": CLUSTER_SIZES, "concentration": "> 0", "val_ratio": "[0, 1)", "test_ratio": "(0, 1)",
+})
 def partition_femam_multilevel(
     dataset: ArrayDataset,
     pool: np.ndarray,

@@ -36,6 +36,27 @@ SAMPLINGS = ("even", "shards")
 # shared helpers
 
 
+def _flt_feasible(classes_needed):
+    """Planning-time check of an FLT partition (``feasible=`` of its registration): an official
+    test set, at most one cluster per client, whole clusters for Scenario 4, and the classes the
+    scheme needs (``classes_needed(params)``: exactly that many; ``None``: classes_per_cluster fits)."""
+    def feasible(p: dict, d) -> str | None:
+        if not d.official_test:
+            return "FLT partitions need a dataset with an official test set"
+        if p["num_clusters"] > p["num_clients"]:
+            return f"num_clusters ({p['num_clusters']}) exceeds num_clients ({p['num_clients']})"
+        if classes_needed is None:
+            if p["num_clients"] % p["num_clusters"]:
+                return f"num_clients ({p['num_clients']}) must be a multiple of num_clusters ({p['num_clusters']})"
+            if p["classes_per_cluster"] > d.num_classes:
+                return f"classes_per_cluster {p['classes_per_cluster']} exceeds the dataset's {d.num_classes} classes"
+            return None
+        needed = classes_needed(p)
+        return None if needed == d.num_classes else f"these parameters need exactly {needed} classes; the dataset has {d.num_classes}"
+
+    return feasible
+
+
 def _train_pool(dataset: ArrayDataset, pool: np.ndarray, kind: str) -> np.ndarray:
     """The official training samples inside ``pool`` (FLT partitions only the training set)."""
     if dataset.test_mask is None:
@@ -133,7 +154,7 @@ def _random_labels(dataset: ArrayDataset, rng: np.random.Generator, needed: int,
     return rng.permutation(dataset.num_classes)
 
 
-@PARTITIONERS.register("flt_scenario1")
+@PARTITIONERS.register("flt_scenario1", bounds={"num_clients": ">= 1", "num_clusters": ">= 1", "labels_per_cluster": ">= 1", "sampling": SAMPLINGS, "samples_per_client": ">= 1"}, feasible=_flt_feasible(lambda p: p["num_clusters"] * p["labels_per_cluster"]))
 def partition_flt_scenario1(
     dataset: ArrayDataset,
     pool: np.ndarray,
@@ -159,7 +180,7 @@ def partition_flt_scenario1(
     return _label_clusters(dataset, pool, rng, "flt_scenario1", cluster_labels, num_clients, sampling, samples_per_client)
 
 
-@PARTITIONERS.register("flt_scenario2")
+@PARTITIONERS.register("flt_scenario2", bounds={"num_clients": ">= 1", "num_clusters": ">= 1", "sampling": SAMPLINGS, "samples_per_client": ">= 1"}, feasible=_flt_feasible(lambda p: 2 * p["num_clusters"]))
 def partition_flt_scenario2(
     dataset: ArrayDataset,
     pool: np.ndarray,
@@ -238,7 +259,9 @@ def _femnist_cluster_labels(num_classes: int, num_clusters: int, classes_per_clu
     return [order[c * classes_per_cluster:(c + 1) * classes_per_cluster] for c in range(num_clusters)]
 
 
-@PARTITIONERS.register("flt_structured_femnist")
+@PARTITIONERS.register("flt_structured_femnist", bounds={
+    "num_clients": ">= 1", "num_clusters": ">= 1", "classes_per_cluster": ">= 1", "alpha": ">= 0", "delta": "> 0", "sizes": ("paper", "code"),
+}, feasible=_flt_feasible(None))
 def partition_flt_structured_femnist(
     dataset: ArrayDataset,
     pool: np.ndarray,

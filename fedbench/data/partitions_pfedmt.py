@@ -71,7 +71,7 @@ def _script_sizes(slots, class_sizes, rng, num_users: int, num_labels: int) -> l
     return sizes
 
 
-@PARTITIONERS.register("pfedme_mnist_labels")
+@PARTITIONERS.register("pfedme_mnist_labels", bounds={"num_users": ">= 1", "num_labels": ">= 1", "sizes": ("split", "script")}, feasible=lambda p, d: None if p["num_labels"] <= d.num_classes else f"num_labels {p['num_labels']} exceeds the dataset's {d.num_classes} classes")
 def partition_pfedme_mnist_labels(
     dataset: ArrayDataset,
     pool: np.ndarray,

@@ -52,7 +52,25 @@ class ArrayDataset:
 DATASETS: Registry = Registry("dataset source")
 
 
-@DATASETS.register("digits")
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What is known of a source's dataset without loading it (planning-time feasibility checks):
+    classes, samples (train + test; ``None``: depends on files), whether samples have users
+    (and how many, where the parameters say) and whether there is an official test set.
+    Registered with the source: ``DATASETS.register(name, facts=lambda params: DatasetFacts(...))``
+    where ``params`` are the entry's parameters with the source's defaults."""
+
+    num_classes: int
+    num_samples: int | None = None
+    has_users: bool = False
+    num_users: int | None = None
+    official_test: bool = True
+
+
+@DATASETS.register(
+    "digits", bounds={"size": ">= 1", "test_fraction": "(0, 1)"},
+    facts=lambda p: DatasetFacts(10, 1797, official_test=p["test_fraction"] is not None),
+)
 def load_digits_dataset(root=None, *, size: int = 8, test_fraction: float | None = None) -> ArrayDataset:
     """scikit-learn's handwritten digits: 1,797 8x8 grey images, 10 classes, pixels scaled to [0, 1].
 
@@ -80,7 +98,11 @@ def load_digits_dataset(root=None, *, size: int = 8, test_fraction: float | None
     return ArrayDataset(x=np.ascontiguousarray(x), y=y, num_classes=10, test_mask=test_mask)
 
 
-@DATASETS.register("synthetic")
+@DATASETS.register(
+    "synthetic",
+    bounds={"alpha": ">= 0", "beta": ">= 0", "num_users": ">= 1", "dimension": ">= 1", "num_classes": ">= 2", "seed": ">= 0", "max_user_samples": ">= 1"},
+    facts=lambda p: DatasetFacts(p["num_classes"], None, has_users=True, num_users=p["num_users"], official_test=False),
+)
 def generate_synthetic(
     root=None,
     *,

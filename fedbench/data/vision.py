@@ -30,7 +30,7 @@ from torchvision import datasets as tvd
 from torchvision.datasets.utils import extract_archive
 from torchvision.transforms.v2 import functional as TF
 
-from fedbench.data.sources import DATASETS, ArrayDataset
+from fedbench.data.sources import DATASETS, ArrayDataset, DatasetFacts
 
 # name -> (mean, std) per channel (a single value is broadcast over all channels); None = [0, 1] only.
 NORMALIZATIONS: dict[str, tuple[Sequence[float], Sequence[float]] | None] = {
@@ -150,7 +150,7 @@ def _mnist_like(cls, dataset: str, root: Path, download: bool, normalize) -> Arr
     return _pool(train_part, test_part, len(train.classes), normalize)
 
 
-@DATASETS.register("mnist")
+@DATASETS.register("mnist", facts=lambda p: DatasetFacts(10, 70000))
 def load_mnist(root: Path = Path("data"), *, normalize="half", download: bool = False) -> ArrayDataset:
     """MNIST, 70,000 28x28 digits (60k train + 10k test), 10 classes, from ``<root>/MNIST/raw``.
 
@@ -187,7 +187,7 @@ def _read_gzipped_idx(directory: Path, names: Sequence[str]) -> list[torch.Tenso
     return out
 
 
-@DATASETS.register("fashion_mnist")
+@DATASETS.register("fashion_mnist", facts=lambda p: DatasetFacts(10, 70000))
 def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download: bool = False,
                        system_copy: bool = True) -> ArrayDataset:
     """Fashion-MNIST, 70,000 28x28 images (60k + 10k), 10 classes, from ``<root>/FashionMNIST/raw``, or,
@@ -208,7 +208,12 @@ def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download:
     return _mnist_like(tvd.FashionMNIST, "fashion_mnist", root, download, normalize)
 
 
-@DATASETS.register("emnist")
+# EMNIST split -> (classes, train + test samples) of the official files (letters: label 0 unused)
+EMNIST_FACTS = {"balanced": (47, 131600), "byclass": (62, 814255), "bymerge": (47, 814255),
+                "digits": (10, 280000), "letters": (27, 145600), "mnist": (10, 70000)}
+
+
+@DATASETS.register("emnist", facts=lambda p: DatasetFacts(*EMNIST_FACTS.get(p["split"], (1, None))))
 def load_emnist(root: Path = Path("data"), *, split: str = "balanced", transpose: bool = True,
                 normalize="none", download: bool = False) -> ArrayDataset:
     """EMNIST ``split`` (balanced: 112,800 + 18,800 images, 47 classes; byclass 62; bymerge 47; letters 27
@@ -261,7 +266,7 @@ def _pickle_labels(path: Path, key: str) -> np.ndarray:
         return np.asarray(pickle.load(handle, encoding="latin1")[key], dtype=np.int64)
 
 
-@DATASETS.register("cifar10")
+@DATASETS.register("cifar10", facts=lambda p: DatasetFacts(10, 60000))
 def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool = False,
                  check_md5: bool = True) -> ArrayDataset:
     """CIFAR-10, 60,000 32x32 RGB images (50k + 10k), 10 classes, from ``<root>/cifar-10-batches-py``.
@@ -272,7 +277,7 @@ def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool 
     return _pool((_nchw(train), train.targets), (_nchw(test), test.targets), 10, normalize)
 
 
-@DATASETS.register("cifar100")
+@DATASETS.register("cifar100", bounds={"labels": ("fine", "coarse")}, facts=lambda p: DatasetFacts(100 if p["labels"] == "fine" else 20, 60000))
 def load_cifar100(root: Path = Path("data"), *, labels: str = "fine", normalize="cifar100", download: bool = False,
                   check_md5: bool = True) -> ArrayDataset:
     """CIFAR-100, 60,000 32x32 RGB images (50k + 10k), from ``<root>/cifar-100-python``.
@@ -299,7 +304,7 @@ def _select_classes(dataset, classes: Sequence[int], first_label: int) -> tuple[
     return np.ascontiguousarray(dataset.data[keep].transpose(0, 3, 1, 2)), relabel[targets[keep]]
 
 
-@DATASETS.register("cifar20_flt")
+@DATASETS.register("cifar20_flt", facts=lambda p: DatasetFacts(20, 66000))
 def load_cifar20_flt(root: Path = Path("data"), *, normalize="half", download: bool = False,
                      check_md5: bool = True) -> ArrayDataset:
     """FLT's "CIFAR20" (code: "CIFAR110"), the Enc1 encoder set for CIFAR-10: the ten CIFAR-100 classes of
@@ -314,7 +319,7 @@ def load_cifar20_flt(root: Path = Path("data"), *, normalize="half", download: b
     return _pool(parts[0], parts[1], 20, normalize)
 
 
-@DATASETS.register("cifar100_subset20")
+@DATASETS.register("cifar100_subset20", facts=lambda p: DatasetFacts(20, 12000))
 def load_cifar100_subset20(root: Path = Path("data"), *, normalize="half", download: bool = False,
                            check_md5: bool = True) -> ArrayDataset:
     """FLT's 20-class CIFAR-100 subset (code: "CIFAR100"), the Enc2 encoder set for CIFAR-10: the classes of
@@ -367,7 +372,7 @@ def _decode_rgb(paths: Sequence[Path], desc: str) -> np.ndarray:
     return out if out is not None else np.zeros((0, 3, 64, 64), dtype=np.uint8)
 
 
-@DATASETS.register("tiny_imagenet")
+@DATASETS.register("tiny_imagenet", facts=lambda p: DatasetFacts(200, 110000))
 def load_tiny_imagenet(root: Path = Path("data"), *, normalize="tiny_imagenet") -> ArrayDataset:
     """Tiny ImageNet, 200 classes of 64x64 RGB images: 100,000 train (``train/<wnid>/images/*.JPEG``) + the
     10,000 official validation images used as the test set (``val/images``, labels in

@@ -64,7 +64,7 @@ class VectorisedTrainer:
     ``cuda_graphs``: replay recurring steps as CUDA graphs (CUDA only).  ``wide``: run
     foldable models (convolutions, BatchNorm) as one wide model instead of ``vmap``.
     ``memory_mb``: working-memory budget of one pass (:mod:`fedbench.engine.memory`); chunks
-    never exceed it.  ``channels_last``: NHWC images in the wide step (default: on the CPU).
+    never exceed it.
     """
 
     def __init__(
@@ -77,7 +77,6 @@ class VectorisedTrainer:
         fused_mlp: bool = True,
         wide: bool = True,
         memory_mb: float | None = None,
-        channels_last: bool | None = None,
     ):
         self.model = model.to(data.x.device).train()
         self.data = data
@@ -95,8 +94,7 @@ class VectorisedTrainer:
             self._step = partial(mlp_step, layers, data.x, data.y)
         else:
             if folded is not None:
-                images_on_cpu = data.x.dim() == 4 and data.x.device.type == "cpu"
-                step = partial(wide_step, folded, images_on_cpu if channels_last is None else channels_last, data.x, data.y)
+                step = partial(wide_step, folded, data.x, data.y)
             else:
                 step = partial(vmap_step, vmap(grad_and_value(_masked_loss_fn(self.model)), randomness="different"), data.x, data.y)
             self._step = EagerFallback(step) if compile else step
@@ -251,15 +249,12 @@ def vmap_step(grad_fn, x_all, y_all, params, buffers, momentum, anchor, loss_sum
     sgd_update(params, grads.values(), momentum, anchor, lr, mom, wd, mu)
 
 
-def wide_step(wide, channels_last, x_all, y_all, params, buffers, momentum, anchor, loss_sum, idx, mask, lr, mom, wd, mu):
+def wide_step(wide, x_all, y_all, params, buffers, momentum, anchor, loss_sum, idx, mask, lr, mom, wd, mu):
     """:func:`vmap_step` through the wide model (:mod:`fedbench.engine.wide_model`): one forward of
     all clients, autograd of the sum of their masked mean losses (each client's parameters
-    reach only its own loss), BatchNorm running statistics updated in place per client.
-    ``channels_last``: images in NHWC memory order (oneDNN's native layout on the CPU)."""
+    reach only its own loss), BatchNorm running statistics updated in place per client."""
     clients = idx.shape[0]
     x, y = wide_input(x_all, idx), y_all[idx]
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
     with torch.enable_grad():
         leaves = {k: v.requires_grad_() for k, v in wide_weights(params).items()}
         logits = wide_forward(wide, {**leaves, **wide_weights(buffers)}, x, clients)

@@ -15,7 +15,7 @@ def multinomial_logistic_regression(input_shape, num_classes) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
 
 
-@MODELS.register("mlp")
+@MODELS.register("mlp", bounds={"hidden": ">= 1"})
 def multilayer_perceptron(input_shape, num_classes, *, hidden: list[int] = (200,)) -> nn.Module:
     """MLP with ReLU hidden layers, e.g. FedAvg's/FLT's 784-200-10 or pFedMe's DNN 60-20-10."""
     layers: list[nn.Module] = [nn.Flatten()]

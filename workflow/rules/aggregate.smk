@@ -19,7 +19,7 @@ rule results_table:
             labels={"table": "results", "format": "Markdown"},
         ),
     log:
-        "logs/tables/results.log",
+        f"{RESULTS}/logs/tables/results.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -43,7 +43,7 @@ rule accuracy_curves:
             labels={"experiment": "{experiment}", "figure": "accuracy vs round"},
         ),
     log:
-        "logs/figures/curves_{experiment}.log",
+        f"{RESULTS}/logs/figures/curves_{{experiment}}.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -69,7 +69,7 @@ rule relatedness_figure:
     params:
         kind="adjacency",
     log:
-        "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}.log",
+        f"{RESULTS}/logs/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -95,7 +95,7 @@ rule umap_figure:
     params:
         kind="umap",
     log:
-        "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}_umap.log",
+        f"{RESULTS}/logs/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_umap.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -121,7 +121,7 @@ rule assignments_figure:
     params:
         kind="assignments",
     log:
-        "logs/figures/relatedness/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}_assignments.log",
+        f"{RESULTS}/logs/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_assignments.log",
     resources:
         mem_mb=1000,
         runtime=10,
@@ -151,7 +151,7 @@ rule scorecard:
             labels={"table": "scorecard", "format": "Markdown"},
         ),
     log:
-        "logs/tables/scorecard.log",
+        f"{RESULTS}/logs/tables/scorecard.log",
     resources:
         mem_mb=1000,
         runtime=10,

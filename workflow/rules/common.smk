@@ -109,44 +109,17 @@ def encoder_settings(wildcards):
     return {"encoder": entry, "dataset": config["datasets"][entry["dataset"]]}
 
 
-# ---- library sources: editing fedbench code makes the affected outputs out of date --
+# ---- library sources --------------------------------------------------------------
+# Partitions, encoders and training runs do NOT depend on the library's files: each records the
+# provenance of its code (fedbench.provenance), finished results stay when code changes, and
+# `python -m fedbench.provenance` / `make rerun-stale` list and rerun the out-of-date ones.
+# Tables and figures are cheap and are remade when their code changes.
 
 
 def library_sources(*patterns):
     """fedbench source files matching ``patterns`` (relative to the repository root), sorted."""
     root = workflow.basedir
     return sorted({path for pattern in patterns for path in glob.glob(os.path.join(root, pattern), recursive=True)})
-
-
-def partition_sources():
-    """What building a partition runs: datasets, partitioners, registry, config and the pipeline entry point."""
-    return library_sources(
-        "fedbench/__init__.py",
-        "fedbench/data/**/*.py",
-        "fedbench/registry.py",
-        "fedbench/config.py",
-        "fedbench/pipeline.py",
-    )
-
-
-def encoder_sources():
-    """What pretraining an encoder runs: the encoder module, datasets, models and the engine parts it uses."""
-    return library_sources(
-        "fedbench/__init__.py",
-        "fedbench/encoders.py",
-        "fedbench/data/**/*.py",
-        "fedbench/models/**/*.py",
-        "fedbench/engine/batches.py",
-        "fedbench/engine/device.py",
-        "fedbench/engine/federated_data.py",
-        "fedbench/registry.py",
-    )
-
-
-def train_sources():
-    """Training may run any of the library except the tables and figures code."""
-    results = set(results_sources())
-    return [path for path in library_sources("fedbench/**/*.py") if path not in results]
 
 
 def results_sources():

@@ -2,8 +2,6 @@
 
 
 rule pretrain_encoder:
-    input:
-        code=encoder_sources(),
     output:
         pt=f"{RESULTS}/encoders/{{encoder}}.pt",
         csv=f"{RESULTS}/encoders/{{encoder}}_loss.csv",
@@ -16,7 +14,7 @@ rule pretrain_encoder:
     params:
         settings=encoder_settings,
     log:
-        "logs/encoders/{encoder}.log",
+        f"{RESULTS}/logs/encoders/{{encoder}}.log",
     threads: 1
     resources:
         mem_mb=4000,

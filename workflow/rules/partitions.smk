@@ -2,15 +2,13 @@
 
 
 rule partition:
-    input:
-        code=partition_sources(),
     output:
         npz=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
         json=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
     params:
         settings=partition_settings,
     log:
-        "logs/partitions/{dataset}/{partition}/seed{seed}.log",
+        f"{RESULTS}/logs/partitions/{{dataset}}/{{partition}}/seed{{seed}}.log",
     resources:
         mem_mb=2000,
         runtime=30,
@@ -33,7 +31,7 @@ rule partition_heatmap:
             labels={"dataset": "{dataset}", "partition": "{partition}", "seed": "{seed}"},
         ),
     log:
-        "logs/partitions/{dataset}/{partition}/seed{seed}_heatmap.log",
+        f"{RESULTS}/logs/partitions/{{dataset}}/{{partition}}/seed{{seed}}_heatmap.log",
     resources:
         mem_mb=1000,
         runtime=10,

@@ -5,7 +5,6 @@ rule train_cell:
     input:
         partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
         encoder=encoder_inputs,
-        code=train_sources(),
     output:
         metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
         history=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/history.csv",
@@ -13,7 +12,7 @@ rule train_cell:
     params:
         settings=cell_settings,
     log:
-        "logs/train/{experiment}/{dataset}/{partition}/{model}/{algorithm}/seed{seed}.log",
+        f"{RESULTS}/logs/train/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}.log",
     threads: 1
     resources:
         mem_mb=4000,

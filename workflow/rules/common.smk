@@ -6,6 +6,7 @@ import os
 import re
 
 from fedbench.config import expand_cells, expand_partitions
+from fedbench.engine.memory import DEFAULT_CPU_BUDGET_MB
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)
@@ -101,6 +102,20 @@ def cell_settings(wildcards):
         "protocol": experiment.get("protocol"),
         "training": experiment.get("training", {}),
     }
+
+
+# Host memory of a training job besides the engine's working budget: the Python process with torch
+# (about 0.7 GB resident), the dataset as one tensor, every client's model state and history.
+TRAIN_BASE_MB = 2000
+
+
+def train_mem_mb(wildcards):
+    """The ``mem_mb`` a training job declares: TRAIN_BASE_MB plus the engine's working-memory
+    budget (``training.memory_mb``; on the CPU its default), which chunked training and
+    evaluation never exceed (fedbench.engine.memory).  On CUDA that budget is device memory."""
+    training = config["experiments"][wildcards.experiment].get("training", {})
+    budget = training.get("memory_mb") or DEFAULT_CPU_BUDGET_MB
+    return int(TRAIN_BASE_MB + budget)
 
 
 def encoder_settings(wildcards):

@@ -13,9 +13,11 @@ rule train_cell:
         settings=cell_settings,
     log:
         f"{RESULTS}/logs/train/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}.tsv"
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=train_mem_mb,
         runtime=60,
     conda:
         "../../envs/fedbench.yaml"

@@ -75,8 +75,10 @@ def check_config(config: dict) -> None:
                 registry.check_params(entry[key], params, where)
             except ValueError as error:
                 raise ConfigError(str(error)) from None
+    _check_algorithm_values(config)
     for i, block in enumerate(config.get("partition_grid", [])):
         _check_declared(config, block, f"partition_grid[{i}]", ("datasets", "partitions"))
+        _check_class_budgets(config, block, f"partition_grid[{i}]")
     for experiment, spec in config.get("experiments", {}).items():
         try:
             PROTOCOLS[spec.get("protocol", "mean_client_last")]
@@ -84,6 +86,7 @@ def check_config(config: dict) -> None:
             raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
+            _check_class_budgets(config, block, f"experiments.{experiment}.grid[{i}]")
         _check_published_links(experiment, spec)
     unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
     if unknown:
@@ -98,6 +101,15 @@ def _check_published_links(experiment: str, spec: dict) -> None:
     block = spec.get("published")
     if not block:
         return
+    in_grid = {name for grid in spec.get("grid", []) for name in grid["algorithms"]}
+    for algorithm, entries in block.get("rows", {}).items():
+        for entry in entries if isinstance(entries, list) else [entries]:
+            base = entry.get("relative_to")
+            if base is not None and base not in in_grid:
+                raise ConfigError(
+                    f"experiments.{experiment}.published.rows.{algorithm}.relative_to: {base!r} is not in the "
+                    f"experiment's grid algorithms ({', '.join(sorted(in_grid))})"
+                )
     for axis, declared in (("rows", "algorithms"), ("models", "models")):
         in_grid = {name for grid in spec.get("grid", []) for name in grid[declared]}
         stray = sorted(set(block.get(axis, {})) - in_grid)
@@ -106,6 +118,40 @@ def _check_published_links(experiment: str, spec: dict) -> None:
                 f"experiments.{experiment}.published.{axis}: {', '.join(stray)} not in the experiment's grid "
                 f"{declared} ({', '.join(sorted(in_grid))})"
             )
+
+
+def _check_algorithm_values(config: dict) -> None:
+    """Build every ``femam`` algorithm entry, so that a bad value (a level count below 1, an option
+    value that does not exist) stops here with the builder's message."""
+    for name, entry in config.get("algorithms", {}).items():
+        if entry.get("method") != "femam":
+            continue
+        try:
+            ALGORITHMS["femam"](**{k: v for k, v in entry.items() if k != "method"})
+        except (ValueError, TypeError) as error:
+            raise ConfigError(f"algorithms.{name}: {error}") from None
+
+
+def _check_class_budgets(config: dict, block: dict, where: str) -> None:
+    """A FeMAM multi-level partition must not need more classes than its datasets have (where the
+    dataset's class count is known without loading it)."""
+    from fedbench.data.partitions_femam import multilevel_classes_needed, source_classes
+
+    for dataset in block.get("datasets", []):
+        available = source_classes(config.get("datasets", {}).get(dataset, {}))
+        for partition in block.get("partitions", []):
+            entry = config.get("partitions", {}).get(partition, {})
+            if available is None or entry.get("kind") != "femam_multilevel":
+                continue
+            try:
+                needed = multilevel_classes_needed(entry, available)
+            except ValueError as error:
+                raise ConfigError(f"{where}: partitions.{partition} on datasets.{dataset}: {error}") from None
+            if needed > available:
+                raise ConfigError(
+                    f"{where}: partitions.{partition} (structure {entry.get('structure')}) needs {needed} classes, "
+                    f"datasets.{dataset} has {available}"
+                )
 
 
 def _check_encoder_names(config: dict) -> None:

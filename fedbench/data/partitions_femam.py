@@ -286,3 +286,30 @@ def partition_femam_multilevel(
     part = deal_classes(dataset, pool, holders_of(client_classes), num_clients, rng, concentration, val_ratio, test_ratio)
     groups = {f"level{l + 1}": ids.tolist() for l, ids in enumerate(levels)}
     return Partition(part.train, part.test, part.val, groups=groups)
+
+
+# --- config-time checks (before any job) ----------------------------------------------------------
+
+# classes of a dataset entry known without loading it (source -> count; CIFAR-100 by its labels)
+_SOURCE_CLASSES = {"mnist": 10, "fashion_mnist": 10, "cifar10": 10, "digits": 10, "tiny_imagenet": 200}
+
+
+def source_classes(entry: dict) -> int | None:
+    """Number of classes of a ``datasets`` entry, or None where it is only known after loading."""
+    if "classes" in entry:
+        return len(entry["classes"])
+    if entry.get("source") == "cifar100":
+        return 20 if entry.get("labels") == "coarse" else 100
+    return _SOURCE_CLASSES.get(entry.get("source"))
+
+
+def multilevel_classes_needed(entry: dict, num_classes: int) -> int:
+    """Classes a ``femam_multilevel`` partition entry uses: sum over levels of clusters x classes per
+    cluster (its ``classes_per_cluster``, or Table C.1's for the structure)."""
+    structure = [int(s) for s in entry.get("structure", [])]
+    classes = entry.get("classes_per_cluster")
+    if classes is None:
+        classes = table_c1_classes(structure, num_classes)
+    if len(classes) != len(structure):
+        raise ValueError(f"classes_per_cluster {classes} needs one count per level of structure {structure}")
+    return int(np.dot(structure, classes))

@@ -279,3 +279,18 @@ def test_femam_needs_validation_rows():
     fed = make_federation(make_data(SIZES), mlp(), LocalSGD(epochs=1, batch_size=8, lr=0.1))
     with pytest.raises(ValueError, match="validation rows"):
         ALGORITHMS["femam"]().init(fed, model_weights(fed.model))
+
+
+def test_structure_figures_are_written(tmp_path):
+    from fedbench.results.femam_figures import client_order, plot_levels, plot_structure
+
+    truth = {"level1": [1, 0, 1, 0, 0, 1], "level2": [2, 0, 3, 1, 0, 2]}
+    assert client_order(truth, 6).tolist() == [1, 4, 3, 0, 5, 2]  # by level1, then level2, then id
+    fed = federation()
+    alg, state = run("femam", fed, 4, structure=["global", "cluster", "personal"], clusters=2,
+                     init_rounds=1, window=1, threshold=1e9)
+    structure = alg.artifacts(fed, state)["structure"]
+    scores = structure_scores(alg.level_clusters(fed, state), truth)
+    plot_structure(structure, truth, tmp_path / "s.png", "t", scores)
+    plot_levels(structure, tmp_path / "l.png", "t")
+    assert (tmp_path / "s.png").stat().st_size > 1000 and (tmp_path / "l.png").stat().st_size > 1000

@@ -4,5 +4,6 @@ from fedbench.models.registry import MODELS, build_model
 from fedbench.models import mlp  # noqa: F401  (registers mlp, mlr)
 from fedbench.models import flt  # noqa: F401  (registers mlp_dropout, leaf_cnn, lenet_cifar)
 from fedbench.models import pfedme  # noqa: F401  (registers pfedme_cnn)
+from fedbench.models import small_cnn  # noqa: F401  (registers small_cnn)
 
 __all__ = ["MODELS", "build_model"]

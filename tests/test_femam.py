@@ -179,7 +179,7 @@ def test_pruning_drops_exactly_the_clients_whose_validation_loss_did_not_improve
 
 def test_structure_artifact_and_scores():
     fed = federation()
-    alg, state = run("femam", fed, 4, structure=["global", "cluster", "personal"], clusters=2,
+    alg, state = run("femam", fed, 4, structure=["global", "cluster", "personal"], num_clusters=2,
                      init_rounds=1, window=1, threshold=1e9)
     structure = alg.artifacts(fed, state)["structure"]
     assert [level["added_round"] for level in structure["levels"]] == [0, 1, 2]
@@ -287,10 +287,41 @@ def test_structure_figures_are_written(tmp_path):
     truth = {"level1": [1, 0, 1, 0, 0, 1], "level2": [2, 0, 3, 1, 0, 2]}
     assert client_order(truth, 6).tolist() == [1, 4, 3, 0, 5, 2]  # by level1, then level2, then id
     fed = federation()
-    alg, state = run("femam", fed, 4, structure=["global", "cluster", "personal"], clusters=2,
+    alg, state = run("femam", fed, 4, structure=["global", "cluster", "personal"], num_clusters=2,
                      init_rounds=1, window=1, threshold=1e9)
     structure = alg.artifacts(fed, state)["structure"]
     scores = structure_scores(alg.level_clusters(fed, state), truth)
     plot_structure(structure, truth, tmp_path / "s.png", "t", scores)
     plot_levels(structure, tmp_path / "l.png", "t")
     assert (tmp_path / "s.png").stat().st_size > 1000 and (tmp_path / "l.png").stat().st_size > 1000
+
+
+def test_a_femam_cell_end_to_end_through_the_pipeline(tmp_path):
+    """Digits in a FeMAM cluster-wise partition (with validation rows): history has the validation
+    columns, the femam protocol's pick is the least-validation-loss round, structure outputs exist."""
+    import json
+
+    from fedbench.config import Cell, check_config
+    from fedbench.pipeline import build_partition, run_cell
+
+    config = {
+        "results": "unused", "device": "cpu", "seeds": [0],
+        "datasets": {"digits": {"source": "digits"}},
+        "partitions": {"c": {"kind": "femam_cluster", "classes_per_cluster": 4, "num_clusters": 3, "num_clients": 6}},
+        "models": {"mlp": {"arch": "mlp", "hidden": [16]}},
+        "algorithms": {"femam": {"method": "femam", "structure": ["global", "cluster", "personal"], "num_clusters": 3,
+                                 "init_rounds": 2, "window": 1, "threshold": 1.0e9}},
+        "experiments": {"t": {"protocol": "femam",
+                              "training": {"rounds": 6, "local_epochs": 1, "batch_size": 16, "lr": 0.1, "eval_every": 1},
+                              "grid": [{"datasets": ["digits"], "partitions": ["c"], "models": ["mlp"], "algorithms": ["femam"]}]}},
+    }
+    check_config(config)
+    build_partition(config, "digits", "c", 0, tmp_path / "p.npz", tmp_path / "p.json")
+    metrics = run_cell(config, Cell("t", "digits", "c", "mlp", "femam", 0), tmp_path / "p.npz", tmp_path / "run")
+    history = pd.read_csv(tmp_path / "run" / "history.csv")
+    assert metrics["final"]["round"] == int(history.loc[history["val_loss_mean"].idxmin(), "round"])
+    assert metrics["final"]["last_round"] == 6
+    structure = json.loads((tmp_path / "run" / "structure.json").read_text())
+    assert [level["added_round"] for level in structure["levels"]] == [0, 2, 3] and structure["complete"]
+    assert set(metrics["structure_scores"]) == {"level1", "level2", "level3"}
+    assert set(metrics["structure_scores"]["level2"]) == {"cluster"}

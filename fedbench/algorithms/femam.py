@@ -61,7 +61,7 @@ def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
 @dataclass(frozen=True)
 class FeMAM:
     structure: tuple[str, ...] = PAPER_STRUCTURE
-    clusters: int = 5
+    num_clusters: int = 5
     lam: float = 0.02
     prox_levels: str = "cluster"
     combine: str = "sum"
@@ -87,9 +87,9 @@ class FeMAM:
                             ("new_level", NEW_LEVEL), ("cluster_features", FEATURES), ("cluster_fit", CLUSTER_FIT),
                             ("pruning", PRUNING), ("pruned_level", PRUNED_LEVEL)):
             _choice(name, getattr(self, name), valid)
-        if self.clusters < 1 or self.window < 1 or self.init_rounds < 0:
-            raise ValueError(f"FeMAM needs clusters >= 1, window >= 1, init_rounds >= 0; got "
-                             f"{self.clusters}, {self.window}, {self.init_rounds}")
+        if self.num_clusters < 1 or self.window < 1 or self.init_rounds < 0:
+            raise ValueError(f"FeMAM needs num_clusters >= 1, window >= 1, init_rounds >= 0; got "
+                             f"{self.num_clusters}, {self.window}, {self.init_rounds}")
         if self.lam < 0 or self.threshold <= 0:
             raise ValueError(f"FeMAM needs lam >= 0 and threshold > 0; got {self.lam}, {self.threshold}")
 
@@ -176,11 +176,11 @@ class FeMAM:
             if self.cluster_fit == "sem" and centres is not None:
                 previous = cluster_features(flat(fed, centres), torch.cat([centres[n].flatten(1) for n in names[-2:]], 1),
                                             self.cluster_features)
-            choice = kmeans_groups(features, self.clusters, fit=self.cluster_fit, seed=fed.seed * 100_003 + round_,
+            choice = kmeans_groups(features, self.num_clusters, fit=self.cluster_fit, seed=fed.seed * 100_003 + round_,
                                    centres=previous)
             choice_t = torch.from_numpy(np.asarray(choice, dtype=np.int64)).to(fed.device)
             if previous is None:  # first grouping (or refit): centres seeded with a member of each group
-                k = min(self.clusters, len(holders))
+                k = min(self.num_clusters, len(holders))
                 seed_rows = [int(np.flatnonzero(choice == g)[0]) if (choice == g).any() else 0 for g in range(k)]
                 centres = rows(level, torch.tensor(seed_rows, device=fed.device))
             centres = cluster_average(fed, centres, level, holders, choice_t)
@@ -277,7 +277,7 @@ class FeMAM:
 def femam(
     *,
     structure: list[Literal["global", "cluster", "personal"]] = list(PAPER_STRUCTURE),
-    clusters: int = 5,
+    num_clusters: int = 5,
     lam: float = 0.02,
     prox_levels: Literal["cluster", "all"] = "cluster",
     combine: Literal["sum", "mean"] = "sum",
@@ -293,12 +293,12 @@ def femam(
     pruned_level: Literal["leaves", "stays"] = "leaves",
 ) -> FeMAM:
     """FeMAM (Wang et al.): levels of kind global/cluster/personal added one by one (``structure``;
-    the paper's 5 levels by default), ``clusters`` groups per cluster level, proximal weight ``lam``
+    the paper's 5 levels by default), ``num_clusters`` groups per cluster level, proximal weight ``lam``
     (the paper leaves lambda open: 0.02 = the code's 0.01 ||.||^2), convergence after ``init_rounds``
     over ``window`` rounds below ``threshold``, pruning margin ``epsilon`` (Eq. 9); the other
     keywords choose between the paper's reading (default) and the released code's (docs/fidelity.md)."""
     return FeMAM(
-        structure=tuple(structure), clusters=clusters, lam=lam, prox_levels=prox_levels, combine=combine,
+        structure=tuple(structure), num_clusters=num_clusters, lam=lam, prox_levels=prox_levels, combine=combine,
         convergence=convergence, init_rounds=init_rounds, window=window, threshold=threshold, new_level=new_level,
         cluster_features=cluster_features, cluster_fit=cluster_fit, pruning=pruning, epsilon=epsilon,
         pruned_level=pruned_level,

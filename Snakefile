@@ -91,6 +91,7 @@ rule tables:
         relatedness=clustering_figures("adjacency"),
         umap=clustering_figures("umap"),
         assignments=clustering_figures("assignments"),
+        femam=femam_figures(),
 
 
 rule all:

@@ -22,7 +22,7 @@ from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
 from fedbench.models import MODELS
 from fedbench.protocols import PROTOCOLS
 from fedbench.registry import UnknownNameError
-from fedbench.results.published import PUBLISHED_CSV, links, load_published
+from fedbench.results.published import PUBLISHED_CSV, link_keys, links, load_published
 from fedbench.validation import SCHEMA, check_finite, check_schema, load_yaml_strict
 
 # config section -> (key naming the builder, registry, keys handled outside the builder)
@@ -104,6 +104,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
     algorithms = _build_algorithms(config)
     for i, block in enumerate(config.get("partition_grid", [])):
         _check_declared(config, block, f"partition_grid[{i}]", ("datasets", "partitions"))
+        _check_class_budgets(config, block, f"partition_grid[{i}]")
     for experiment, spec in config.get("experiments", {}).items():
         try:
             PROTOCOLS[spec.get("protocol", "mean_client_last")]
@@ -111,6 +112,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
             raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
+            _check_class_budgets(config, block, f"experiments.{experiment}.grid[{i}]")
         _check_ignored_training(config, experiment, spec, algorithms)
         _check_repeated_cells(experiment, spec)
         _check_published_links(experiment, spec)
@@ -182,14 +184,26 @@ def _build_algorithms(config: dict) -> dict:
     return built
 
 
+# an ignored training setting is not silently dropped when the algorithm's entry says what
+# replaces it, or when its value is what the algorithm does anyway
+_REPLACED_BY = {"local_epochs": "local_steps"}
+_HARMLESS = {"momentum": 0.0}
+
+
 def _check_ignored_training(config: dict, experiment: str, spec: dict, algorithms: dict) -> None:
     """A training setting the experiment sets but one of its grid's algorithms never reads
-    (``ignored_training`` of the built algorithm, e.g. ``momentum`` for pFedMe) is an error."""
+    (``ignored_training`` of the built algorithm, e.g. ``momentum`` for pFedMe) is an error --
+    unless the algorithm's entry sets what replaces it (``local_steps`` for ``local_epochs``: a
+    paper table may mix epoch- and step-counted methods) or the value is the one it uses anyway
+    (``momentum: 0``)."""
     given = spec.get("training", {})
     for block in spec.get("grid", []):
         for name in block["algorithms"]:
             ignored = getattr(algorithms.get(name), "ignored_training", {}) or {}
+            entry = config["algorithms"][name]
             for key in given:
+                if _REPLACED_BY.get(key) in entry or (key in _HARMLESS and given[key] == _HARMLESS[key]):
+                    continue
                 if key in ignored:
                     raise ConfigError(
                         f"experiments.{experiment}.training.{key}: algorithm {name!r} "
@@ -211,23 +225,16 @@ def _check_repeated_cells(experiment: str, spec: dict) -> None:
             owner[combo] = i
 
 
-# the published block's keys, in the order a link is narrowed down (the CSV's columns)
-_PUBLISHED_KEYS = ("paper", "table", "dataset", "partition", "model")
-
-
 def _resolve_published(experiment: str, spec: dict, published) -> None:
     """Every link of the experiment's ``published`` block matches rows of the published table;
     otherwise name the first key that matches nothing and the values it could take."""
     block = spec.get("published")
     if not block:
         return
-    models = sorted(set(block.get("models", {}).values())) or [block.get("model")]
+    models = sorted(block.get("models", {})) or [None]
     for link in links(spec):
         for model in models:
-            keys = {k: block[k] for k in _PUBLISHED_KEYS if k in block}
-            if model is not None:
-                keys["model"] = model
-            keys.update(method=link.method, setting=link.setting)
+            keys = link_keys(spec, link, model)
             rows = published
             for key, value in keys.items():
                 matched = rows[rows[key] == value]
@@ -249,6 +256,15 @@ def _check_published_links(experiment: str, spec: dict) -> None:
     block = spec.get("published")
     if not block:
         return
+    in_grid = {name for grid in spec.get("grid", []) for name in grid["algorithms"]}
+    for algorithm, entries in block.get("rows", {}).items():
+        for entry in entries if isinstance(entries, list) else [entries]:
+            base = entry.get("relative_to")
+            if base is not None and base not in in_grid:
+                raise ConfigError(
+                    f"experiments.{experiment}.published.rows.{algorithm}.relative_to: {base!r} is not in the "
+                    f"experiment's grid algorithms ({', '.join(sorted(in_grid))})"
+                )
     for axis, declared in (("rows", "algorithms"), ("models", "models")):
         in_grid = {name for grid in spec.get("grid", []) for name in grid[declared]}
         stray = sorted(set(block.get(axis, {})) - in_grid)
@@ -272,6 +288,28 @@ def _check_bn_aggregation(config: dict, experiment: str, spec: dict) -> None:
                 f"experiments.{experiment}.training.bn_aggregation: {mode!r} needs algorithms that keep BatchNorm "
                 f"state local; {name!r} ({entry['method']}) does not (use 'average', or the FedAvg family)"
             )
+
+
+def _check_class_budgets(config: dict, block: dict, where: str) -> None:
+    """A FeMAM multi-level partition must not need more classes than its datasets have (where the
+    dataset's class count is known without loading it)."""
+    from fedbench.data.partitions_femam import multilevel_classes_needed, source_classes
+
+    for dataset in block.get("datasets", []):
+        available = source_classes(config.get("datasets", {}).get(dataset, {}))
+        for partition in block.get("partitions", []):
+            entry = config.get("partitions", {}).get(partition, {})
+            if available is None or entry.get("kind") != "femam_multilevel":
+                continue
+            try:
+                needed = multilevel_classes_needed(entry, available)
+            except ValueError as error:
+                raise ConfigError(f"{where}: partitions.{partition} on datasets.{dataset}: {error}") from None
+            if needed > available:
+                raise ConfigError(
+                    f"{where}: partitions.{partition} (structure {entry.get('structure')}) needs {needed} classes, "
+                    f"datasets.{dataset} has {available}"
+                )
 
 
 def _check_encoder_names(config: dict) -> None:

@@ -56,6 +56,16 @@ def _cluster_scores(recovered, truth) -> dict[str, float]:
     }
 
 
+def structure_scores(levels: dict[str, np.ndarray], truth: dict[str, list]) -> dict[str, dict[str, dict[str, float]]]:
+    """ARI and NMI of every discovered level's grouping against every ground-truth grouping of the
+    partition: ``{level: {truth_name: {"ari", "nmi"}}}``.  Clients that dropped a level (group -1)
+    count as one group of their own ("no model at this level")."""
+    return {
+        level: {name: _cluster_scores(np.asarray(groups), np.asarray(ids)) for name, ids in truth.items()}
+        for level, groups in levels.items()
+    }
+
+
 def save_artifacts(artifacts: dict, out_dir: Path) -> list[str]:
     """Write an algorithm's artifacts: arrays as ``.npy``, DataFrames as ``.csv``, dicts as ``.json``."""
     written = []
@@ -80,11 +90,13 @@ def _history_row(round_: int, train_loss: float, personal, pooled) -> dict:
     return row
 
 
-def _train_scores(model, models, global_weights, data: FederatedData, everyone, memory_mb) -> dict:
-    """The clients' models and the global model on the training rows: train accuracy (FLT's
-    appendix tables) and the pooled training losses (pFedMe/pFedMT's loss curves)."""
+def _train_scores(model, models, global_weights, data: FederatedData, everyone, memory_mb, global_model=None) -> dict:
+    """The clients' models (modules ``model``) and the global model (``global_model``, default
+    ``model``) on the training rows: train accuracy (FLT's appendix tables) and the pooled training
+    losses (pFedMe/pFedMT's loss curves)."""
     on_train = evaluate_clients(model, models, data, data.train, everyone, memory_mb=memory_mb)
-    global_train = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.train, memory_mb)
+    global_model = model if global_model is None else global_model
+    global_train = None if global_weights is None else evaluate_pooled(global_model, global_weights, data, data.train, memory_mb)
     return {
         "train_acc_mean": float(on_train.accuracy.mean()),
         "train_acc_var": float(on_train.accuracy.var()),
@@ -132,6 +144,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     algorithm = ALGORITHMS[algorithm_spec["method"]](**{k: v for k, v in algorithm_spec.items() if k != "method"})
     state = algorithm.init(fed, model_weights(model))
 
+    scoring_model = getattr(algorithm, "scoring_model", None)
     everyone = torch.arange(data.num_clients, device=dev)
     rounds, every, train_every = training["rounds"], training["eval_every"], training["train_eval_every"]
     history, per_client = [], {}
@@ -143,12 +156,15 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         if t % every and t != rounds:
             continue
         models = algorithm.client_models(fed, state, t)
-        personal = evaluate_clients(model, models, data, data.test, everyone, memory_mb=memory_mb)
+        scoring = scoring_model(fed, state) if scoring_model else model  # e.g. FeMAM's additive levels
+        personal = evaluate_clients(scoring, models, data, data.test, everyone, memory_mb=memory_mb)
         global_weights = algorithm.global_model(fed, state)
         pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test, memory_mb)
         row = _history_row(t, float(np.mean(losses)), personal, pooled)
+        if data.val is not None:  # the clients' models on their validation rows (FeMAM's model selection)
+            row.update(evaluate_clients(scoring, models, data, data.val, everyone, memory_mb=memory_mb).summary("val_"))
         if train_every is None or t % train_every == 0 or t == rounds:
-            row.update(_train_scores(model, models, global_weights, data, everyone, memory_mb))
+            row.update(_train_scores(scoring, models, global_weights, data, everyone, memory_mb, model))
         clusters = getattr(algorithm, "clusters", None)
         row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
         losses.clear()
@@ -197,6 +213,9 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     out = Path(out_dir)
     if "ari" in history_df:
         metrics["clustering"] = {k: float(history_df[k].iloc[-1]) for k in ("ari", "nmi")}
+    level_clusters = getattr(algorithm, "level_clusters", None)
+    if level_clusters:  # FeMAM: every level's groups against every ground-truth grouping
+        metrics["structure_scores"] = structure_scores(level_clusters(fed, state), partition.groups)
     artifacts = getattr(algorithm, "artifacts", None)
     if artifacts:
         metrics["artifacts"] = save_artifacts(artifacts(fed, state), out)

@@ -21,7 +21,7 @@ class Protocol:
     macro_f1: str
     loss: str
     variance: str | None  # across-client variance column, if the protocol has one
-    pick: str  # "last" round or "max" of the accuracy column
+    pick: str  # "last" round, "max" of the accuracy column, or "min_val_loss" (the round of least mean validation loss)
 
     def columns(self, scored: str = "personal") -> dict[str, str | None]:
         """History columns of the reported numbers: the protocol's own (``personal``: the models
@@ -42,6 +42,8 @@ class Protocol:
         columns = self.columns(scored)
         if self.pick == "last":
             round_ = int(history["round"].iloc[-1])
+        elif self.pick == "min_val_loss":
+            round_ = min_validation_round(history)
         else:
             values = history[columns["accuracy"]]
             if values.isna().all():
@@ -51,7 +53,23 @@ class Protocol:
         out = {"round": round_}
         for key, column in columns.items():
             out[key] = None if column is None or column not in row or pd.isna(row[column]) else float(row[column])
+        if self.pick == "min_val_loss":  # FeMAM reports the selected checkpoint and the last round
+            last = history.iloc[-1]
+            out["last_round"] = int(last["round"])
+            for key in ("accuracy", "macro_f1"):
+                column = columns[key]
+                out[f"last_{key}"] = None if column not in last or pd.isna(last[column]) else float(last[column])
         return out
+
+
+def min_validation_round(history: pd.DataFrame) -> int:
+    """The evaluated round with the least mean (over clients) validation loss, the first on ties
+    (FeMAM Sec. 5.1: "select the checkpoint with the minimum evaluation error"; code
+    ``update_optimal``)."""
+    if "val_loss_mean" not in history or history["val_loss_mean"].isna().all():
+        raise ValueError("protocol femam needs the clients' validation loss (history column val_loss_mean): "
+                         "use a partition with validation rows")
+    return int(history.loc[history["val_loss_mean"].idxmin(), "round"])
 
 
 PROTOCOLS: Registry = Registry("evaluation protocol")
@@ -70,5 +88,10 @@ _PROTOCOLS = {
         "global_acc", "global_f1", "global_loss", None, "last",
     ),
 }
+_PROTOCOLS["femam"] = Protocol(
+    "unweighted mean over clients of each client's model on its own test split (accuracy; macro-F1 per "
+    "client, then averaged over clients), at the round of least mean validation loss; the last round's too (FeMAM)",
+    "acc_mean", "f1_mean", "loss_mean", "acc_var", "min_val_loss",
+)
 for _name, _protocol in _PROTOCOLS.items():
     PROTOCOLS.register(_name)(_protocol)

@@ -242,9 +242,9 @@ def test_partition_file_keeps_groups(tmp_path, cifar_like):
 
 def test_registered_parameters_are_keyword_only():
     assert set(PARTITIONERS.parameters("femam_cluster")) == {
-        "classes_per_cluster", "num_clusters", "num_clients", "cluster_sizes", "concentration", "val_ratio", "test_ratio"}
+        "classes_per_cluster", "num_clusters", "num_clients", "cluster_sizes", "concentration", "val_ratio", "test_ratio", "sample_fraction"}
     assert set(PARTITIONERS.parameters("femam_multilevel")) == {
-        "structure", "classes_per_cluster", "num_clients", "min_clients", "cluster_sizes", "concentration", "val_ratio", "test_ratio"}
+        "structure", "classes_per_cluster", "num_clients", "min_clients", "cluster_sizes", "concentration", "val_ratio", "test_ratio", "sample_fraction"}
 
 
 # --- client-wise: the generic dirichlet kind with FeMAM's settings (notes §1.2 (a)) ------------------
@@ -276,3 +276,18 @@ def test_without_official_split_test_ratio_holds_out_each_class():
     assert sum(map(len, part.test)) == 10 * 15 and sum(map(len, part.train)) == 10 * 45
     everything = np.concatenate(part.train + part.test)
     assert np.array_equal(np.sort(everything), np.arange(600))
+
+
+def test_sample_fraction_keeps_that_share_of_every_class_and_split():
+    from fedbench.data.partitions_femam import class_subsample
+
+    data = make_dataset(4, train=40, test=10)
+    pool = np.arange(len(data.y))
+    kept = class_subsample(data, pool, 0.25, np.random.default_rng(0))
+    for k in range(4):
+        in_class = data.y[kept] == k
+        assert (data.test_mask[kept] & in_class).sum() == round(0.25 * ((data.y == k) & data.test_mask).sum())
+        assert (~data.test_mask[kept] & in_class).sum() == round(0.25 * ((data.y == k) & ~data.test_mask).sum())
+    assert class_subsample(data, pool, 1.0, np.random.default_rng(0)) is pool
+    with pytest.raises(ValueError, match="sample_fraction"):
+        class_subsample(data, pool, 0.0, np.random.default_rng(0))

@@ -89,3 +89,34 @@ def test_every_pfedmt_link_resolves():
     published = load_published()
     assert len(published[(published["paper"] == "pfedmt") & (published["metric"] == "accuracy")]) == 48
     assert not card.duplicated(["dataset", "model", "method", "setting"]).any()
+
+
+def test_a_difference_link_and_a_second_table_by_hand(tmp_path):
+    """``relative_to``: the published accuracy_delta against (variant - base) seed by seed;
+    ``table``: the same cell linked to a second table."""
+    published = pd.DataFrame(
+        [
+            ("femam", "Table C.4", "CIFAR-100", "ResNet-9", "ml", "all", "FeMAM", "accuracy", "test", 60.0, 1.0),
+            ("femam", "Table 1", "CIFAR-100", "ResNet-9", "ml", "all", "FeMAM", "accuracy", "test", 61.0, 1.0),
+            ("femam", "Table 2", "CIFAR-100", "ResNet-9", "ml", "no 5", "FeMAM", "accuracy_delta", "test", -2.0, None),
+        ],
+        columns=["paper", "table", "dataset", "model", "partition", "setting", "method", "metric", "split", "value", "std"],
+    )
+    experiment = {
+        "protocol": "pooled_max",
+        "grid": [{"datasets": ["syn"], "partitions": ["teams"], "models": ["mlr"], "algorithms": ["femam", "femam_no5"]}],
+        "published": {"paper": "femam", "table": "Table C.4", "dataset": "CIFAR-100", "partition": "ml", "model": "ResNet-9",
+                      "rows": {"femam": [{"method": "FeMAM", "setting": "all"}, {"method": "FeMAM", "setting": "all", "table": "Table 1"}],
+                               "femam_no5": {"method": "FeMAM", "setting": "no 5", "table": "Table 2", "relative_to": "femam"}}},
+    }
+    runs = [
+        fake_run(tmp_path, "femam", 0, [0.50, 0.60, 0.55], [0, 0, 0]),     # best 60
+        fake_run(tmp_path, "femam", 1, [0.50, 0.62, 0.55], [0, 0, 0]),     # best 62
+        fake_run(tmp_path, "femam_no5", 0, [0.50, 0.57, 0.55], [0, 0, 0]),  # 57 - 60 = -3
+        fake_run(tmp_path, "femam_no5", 1, [0.61, 0.50, 0.55], [0, 0, 0]),  # 61 - 62 = -1
+    ]
+    card = scorecard({"experiments": {"e": experiment}}, runs, published).set_index(["table", "setting"])
+    delta = card.loc[("Table 2", "no 5")]
+    assert (delta["reproduced"], delta["reproduced_std"], delta["difference"]) == pytest.approx((-2.0, 1.0, 0.0))
+    assert card.loc[("Table 1", "all"), "reproduced"] == pytest.approx(61.0)
+    assert card.loc[("Table C.4", "all"), "difference"] == pytest.approx(1.0)

@@ -83,9 +83,10 @@ VALUE_CASES = [
     ({"experiments/tiny/training/participation": 1.5}, "experiments.tiny.training.participation", r"maximum of 1"),
     ({"experiments/tiny/training/rounds": -3}, "experiments.tiny.training.rounds", r"minimum of 1"),
     ({"seeds": [0.5]}, "seeds[0]", r"not of type 'integer'"),
-    # a training setting an algorithm of the grid never reads
-    ({"algorithms/fedavg/local_steps": 5}, "experiments.tiny.training.local_epochs",
-     r"'fedavg'.*local_steps=5 runs that many plain SGD minibatch steps, not epochs"),
+    # a training setting an algorithm of the grid never reads (local_epochs is replaced by the
+    # entry's own local_steps; momentum 0.5 is silently dropped)
+    ({"algorithms/fedavg/local_steps": 5}, "experiments.tiny.training.momentum",
+     r"'fedavg'.*local_steps=5 runs that many plain SGD minibatch steps, without momentum"),
     ({"experiments/tiny/grid/0/algorithms": ["pfedme"]}, "experiments.tiny.training.local_epochs",
      r"'pfedme'.*not epochs"),
     ({"experiments/tiny/grid/0/algorithms": ["perfedavg"], "experiments/tiny/training/local_epochs": DELETE},

@@ -147,3 +147,12 @@ def fesem(*, num_clusters: int = 5, distance: str = "l2", init: str = "clients",
     """FeSEM (Xie et al., multi-center FL): k-means of client models (E-step) and per-centre
     sample-weighted averaging (M-step) every round; ``finetune_epochs`` > 0 gives FeSEM+."""
     return FeSEM(num_clusters=num_clusters, distance=distance, centre_init=init, finetune_epochs=finetune_epochs)
+
+
+@ALGORITHMS.register("fesem_plus")
+def fesem_plus(*, num_clusters: int = 5, finetune_epochs: int = 2) -> FeSEM:
+    """FeSEM+ (FeMAM's baseline, Sec. 5.1): FeSEM, then every client fine-tunes its cluster's model
+    for ``finetune_epochs`` local epochs before it is scored (2 in FeMAM)."""
+    if finetune_epochs < 1:
+        raise ValueError(f"FeSEM+ needs finetune_epochs >= 1, got {finetune_epochs}")
+    return FeSEM(num_clusters=num_clusters, finetune_epochs=finetune_epochs)

@@ -95,6 +95,24 @@ def class_splits(dataset: ArrayDataset, pool: np.ndarray, k: int, rng: np.random
     return official_train[n_val:], official_train[:n_val], test
 
 
+def class_subsample(dataset: ArrayDataset, pool: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """``fraction`` of every class's samples in ``pool``, drawn at random separately from its official
+    training and test samples (so the split sizes keep their ratio); the whole pool for 1.0 (no draw).
+    Our addition, to scale FeMAM's partitions down to a CPU budget (the offline analogue)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"sample_fraction must be in (0, 1], got {fraction}")
+    if fraction == 1:
+        return pool
+    test = dataset.test_mask if dataset.test_mask is not None else np.zeros(len(dataset.y), dtype=bool)
+    keep = []
+    for k in np.unique(dataset.y[pool]):
+        for official_test in (False, True):
+            members = pool[(dataset.y[pool] == k) & (test[pool] == official_test)]
+            if len(members):
+                keep.append(rng.choice(members, max(1, round(fraction * len(members))), replace=False))
+    return np.sort(np.concatenate(keep))
+
+
 def deal_classes(dataset: ArrayDataset, pool: np.ndarray, holders: dict[int, np.ndarray], num_clients: int,
                  rng: np.random.Generator, concentration: float, val_ratio: float, test_ratio: float) -> Partition:
     """Cut every held class among its holders (notes §1.2 (b) ``produce_client_by_data``): one
@@ -160,13 +178,16 @@ def partition_femam_cluster(
     concentration: float = 10.0,
     val_ratio: float = 0.1,
     test_ratio: float = 1 / 6,
+    sample_fraction: float = 1.0,
 ) -> Partition:
     """FeMAM cluster-wise ``(c, K)`` (§5.1 (I), App. C.1; notes §1.2 (b)): K clusters of c classes each
     (refilling picker: clusters may overlap, a class may repeat inside a cluster, every class is used);
     clients in contiguous blocks per cluster, ``even`` (paper) or ``code`` sizes (random smoothed,
     >= 2); a client's classes = its cluster's; per-class Dir(concentration) among the holders.
-    Ground truth ``groups={"cluster": ...}``."""
+    Ground truth ``groups={"cluster": ...}``.  ``sample_fraction`` < 1 uses that fraction of every
+    class (:func:`class_subsample`)."""
     check_common(concentration, val_ratio, test_ratio)
+    pool = class_subsample(dataset, pool, sample_fraction, rng)
     C = dataset.num_classes
     if not 1 <= classes_per_cluster <= C or classes_per_cluster * num_clusters < C:
         raise ValueError(f"femam_cluster needs 1 <= classes_per_cluster <= {C} and classes_per_cluster * num_clusters >= {C} "
@@ -271,14 +292,17 @@ def partition_femam_multilevel(
     concentration: float = 10.0,
     val_ratio: float = 0.1,
     test_ratio: float = 1 / 6,
+    sample_fraction: float = 1.0,
 ) -> Partition:
     """FeMAM multi-level ``[a, b, c]`` (§5.1 (III), App. C.1, Table C.1; notes §1.2 (c)): a nested tree of
     ``structure[l]`` clusters at level l (top->bottom) over ``num_clients`` clients, >= ``min_clients``
     per bottom cluster; every cluster of every level gets ``classes_per_cluster[l]`` classes drawn
     without replacement from one pool (disjoint across all clusters; default: Table C.1); a client's
     classes = the union of its clusters'; per-class Dir(concentration) among the holders.
-    Ground truth ``groups={"level1": ..., "level2": ..., ...}`` (top->bottom)."""
+    Ground truth ``groups={"level1": ..., "level2": ..., ...}`` (top->bottom).  ``sample_fraction`` < 1
+    uses that fraction of every class (:func:`class_subsample`)."""
     check_common(concentration, val_ratio, test_ratio)
+    pool = class_subsample(dataset, pool, sample_fraction, rng)
     structure = [int(s) for s in structure]
     if not structure or structure[0] < 1 or any(a > b for a, b in itertools.pairwise(structure)):
         raise ValueError(f"structure must list >= 1 clusters per level, non-decreasing top->bottom, got {structure}")
@@ -295,3 +319,30 @@ def partition_femam_multilevel(
     part = deal_classes(dataset, pool, holders_of(client_classes), num_clients, rng, concentration, val_ratio, test_ratio)
     groups = {f"level{l + 1}": ids.tolist() for l, ids in enumerate(levels)}
     return Partition(part.train, part.test, part.val, groups=groups)
+
+
+# --- config-time checks (before any job) ----------------------------------------------------------
+
+# classes of a dataset entry known without loading it (source -> count; CIFAR-100 by its labels)
+_SOURCE_CLASSES = {"mnist": 10, "fashion_mnist": 10, "cifar10": 10, "digits": 10, "tiny_imagenet": 200}
+
+
+def source_classes(entry: dict) -> int | None:
+    """Number of classes of a ``datasets`` entry, or None where it is only known after loading."""
+    if "classes" in entry:
+        return len(entry["classes"])
+    if entry.get("source") == "cifar100":
+        return 20 if entry.get("labels") == "coarse" else 100
+    return _SOURCE_CLASSES.get(entry.get("source"))
+
+
+def multilevel_classes_needed(entry: dict, num_classes: int) -> int:
+    """Classes a ``femam_multilevel`` partition entry uses: sum over levels of clusters x classes per
+    cluster (its ``classes_per_cluster``, or Table C.1's for the structure)."""
+    structure = [int(s) for s in entry.get("structure", [])]
+    classes = entry.get("classes_per_cluster")
+    if classes is None:
+        classes = table_c1_classes(structure, num_classes)
+    if len(classes) != len(structure):
+        raise ValueError(f"classes_per_cluster {classes} needs one count per level of structure {structure}")
+    return int(np.dot(structure, classes))

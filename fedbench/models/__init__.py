@@ -9,5 +9,6 @@ from fedbench.models import fedmr  # noqa: F401  (registers fedmr_cnn, fedmr_fem
 from fedbench.models import resnet9  # noqa: F401  (registers resnet9)
 from fedbench.models import resnet20  # noqa: F401  (registers resnet20)
 from fedbench.models import vgg  # noqa: F401  (registers vgg16)
+from fedbench.models import small_cnn  # noqa: F401  (registers small_cnn)
 
 __all__ = ["MODELS", "build_model"]

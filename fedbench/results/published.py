@@ -6,6 +6,9 @@ several) and, per algorithm of the experiment, one link or a list of links.  A l
 published ``method`` and ``setting`` and, optionally, which numbers of the run it is compared
 with: ``scored`` (``personal``, the protocol's own, or ``global``, the global model's) and
 ``rounds`` (only the first T rounds count, e.g. pFedMT's T = 100 and T = 600 columns).
+A link may also name another ``table`` (the same cell printed in two tables, e.g. FeMAM's Table 1
+and Tables C.2-C.4) and, for a table of differences (FeMAM's Table 2 ablation, ``accuracy_delta``),
+the algorithm the difference is taken to (``relative_to``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ class Link:
     setting: str
     scored: str = "personal"
     rounds: int | None = None
+    table: str | None = None  # the published table, where it is not the block's
+    relative_to: str | None = None  # published number = accuracy of algorithm - accuracy of this one
+
+    @property
+    def metric(self) -> str:
+        """The published metric the reproduced number is compared with."""
+        return "accuracy" if self.relative_to is None else "accuracy_delta"
 
 
 def load_published(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
@@ -43,14 +53,23 @@ def links(experiment: dict) -> list[Link]:
     return out
 
 
-def published_rows(experiment: dict, link: Link, published: pd.DataFrame, model: str | None = None) -> pd.DataFrame:
-    """The published rows (all metrics) of ``link``; ``model`` (a config model name) picks the
-    paper's model through the block's ``models`` map where it has one."""
+def link_keys(experiment: dict, link: Link, model: str | None = None) -> dict[str, str]:
+    """The CSV columns and values that select ``link``'s rows, in the order they narrow the table
+    down (paper, table, dataset, partition, model, method, setting); ``model`` (a config model
+    name) picks the paper's model through the block's ``models`` map where it has one."""
     block = experiment["published"]
     keys = {k: block[k] for k in ("paper", "table", "dataset", "partition", "model") if k in block}
+    if link.table is not None:
+        keys["table"] = link.table
     if model is not None and model in block.get("models", {}):
         keys["model"] = block["models"][model]
     keys.update(method=link.method, setting=link.setting)
+    return keys
+
+
+def published_rows(experiment: dict, link: Link, published: pd.DataFrame, model: str | None = None) -> pd.DataFrame:
+    """The published rows (all metrics) of ``link`` (:func:`link_keys`)."""
+    keys = link_keys(experiment, link, model)
     mask = pd.Series(True, index=published.index)
     for column, value in keys.items():
         mask &= published[column] == value

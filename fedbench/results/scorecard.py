@@ -51,25 +51,35 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
         for link in links(experiment):
             for model in dict.fromkeys(models):
                 paper = published_rows(experiment, link, published, model)
-                paper = paper[paper["metric"] == "accuracy"]
+                paper = paper[paper["metric"] == link.metric]
                 if len(paper) != 1:
                     raise ValueError(
                         f"experiments.{name}.published: {link.algorithm} -> {link.method!r} / {link.setting!r} "
-                        f"(model {model}) matches {len(paper)} published accuracies, expected 1"
+                        f"(model {model}) matches {len(paper)} published {link.metric} rows, expected 1"
                     )
                 row = paper.iloc[0]
-                mine = runs[(runs["experiment"] == name) & (runs["algorithm"] == link.algorithm) & (runs["model"] == model)]
-                values, note = [], ""
-                for _, run in mine.iterrows():
-                    if run["history"] not in histories:
-                        histories[run["history"]] = pd.read_csv(run["history"])
-                    history = histories[run["history"]]
-                    trained = int(history["round"].max())
-                    if link.rounds is not None and trained < link.rounds:
-                        note = f"runs end at round {trained} < T = {link.rounds}: not comparable"
-                        continue
-                    final = PROTOCOLS[run["protocol"]].final(history, link.scored, link.rounds)
-                    values.append(100 * final["accuracy"] if final["accuracy"] is not None else float("nan"))
+
+                def accuracies(algorithm: str) -> tuple[dict[int, float], str]:
+                    """Reproduced accuracy (%) of every seed of ``algorithm`` in this experiment and model."""
+                    mine = runs[(runs["experiment"] == name) & (runs["algorithm"] == algorithm) & (runs["model"] == model)]
+                    out, note = {}, ""
+                    for _, run in mine.iterrows():
+                        if run["history"] not in histories:
+                            histories[run["history"]] = pd.read_csv(run["history"])
+                        history = histories[run["history"]]
+                        trained = int(history["round"].max())
+                        if link.rounds is not None and trained < link.rounds:
+                            note = f"runs end at round {trained} < T = {link.rounds}: not comparable"
+                            continue
+                        final = PROTOCOLS[run["protocol"]].final(history, link.scored, link.rounds)
+                        out[int(run["seed"])] = 100 * final["accuracy"] if final["accuracy"] is not None else float("nan")
+                    return out, note
+
+                mine, note = accuracies(link.algorithm)
+                if link.relative_to is not None:  # a difference, seed by seed
+                    base, _ = accuracies(link.relative_to)
+                    mine = {seed: value - base[seed] for seed, value in mine.items() if seed in base}
+                values = list(mine.values())
                 reproduced = pd.Series(values, dtype=float)
                 mean = reproduced.mean() if len(reproduced) else float("nan")
                 out.append({

@@ -159,3 +159,34 @@ rule scorecard:
         "../../envs/fedbench.yaml"
     script:
         "../scripts/scorecard.py"
+
+
+rule femam_structure_figure:
+    input:
+        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
+        code=results_sources(),
+    output:
+        structure=report(
+            f"{RESULTS}/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_structure.png",
+            caption="../report/femam_structure.rst",
+            category="FeMAM structure",
+            subcategory="{experiment}",
+            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels x clients"},
+        ),
+        levels=report(
+            f"{RESULTS}/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_levels.png",
+            caption="../report/femam_levels.rst",
+            category="FeMAM structure",
+            subcategory="{experiment}",
+            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels vs rounds"},
+        ),
+    log:
+        "logs/figures/femam/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/femam_figures.py"

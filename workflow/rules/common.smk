@@ -69,6 +69,18 @@ def clustering_figures(kind):
     ]
 
 
+def femam_figures():
+    """FeMAM's structure figures (levels x clients beside the ground truth; levels vs rounds) of the
+    first seed's runs of every ``femam`` algorithm entry."""
+    first_seed = min(int(s) for s in config["seeds"])
+    return [
+        f"{RESULTS}/figures/femam/{c.experiment}/{c.dataset}_{c.partition}_{c.model}_{c.algorithm}_seed{c.seed}_{kind}.png"
+        for c in CELLS
+        if c.seed == first_seed and config["algorithms"][c.algorithm]["method"] == "femam"
+        for kind in ("structure", "levels")
+    ]
+
+
 def table_files():
     """The results table (CSV and Markdown), when there are cells to tabulate."""
     return [f"{RESULTS}/tables/results.{ext}" for ext in ("csv", "md")] if CELLS else []

@@ -1,0 +1,43 @@
+"""Training only part of a model on the engine, without engine changes.
+
+A part of a model is frozen by holding its parameters as buffers of the same name
+(:func:`fedbench.models.frozen.freeze_parameters`); the engine's vectorised step then only
+differentiates and updates the parameters that are left.  Used by FedRep
+(head / body phases) and FeMAM (earlier levels frozen while the newest one trains).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedbench.algorithms.base import Federation
+from fedbench.engine.batches import make_batch_plan
+from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.vectorised import VectorisedTrainer
+from fedbench.engine.weights import Weights
+from fedbench.models.frozen import freeze_parameters, frozen_copy  # noqa: F401  (re-exported)
+
+
+def trainer_for(fed: Federation, module: nn.Module):
+    """A trainer of ``fed``'s kind for ``module`` (the hand-written Linear/ReLU step is switched
+    off: it would take a frozen Linear for a trainable one)."""
+    if isinstance(fed.trainer, VectorisedTrainer):
+        return VectorisedTrainer(module, fed.data, chunk_size=fed.trainer.chunk_size, fused_mlp=False)
+    return type(fed.trainer)(module, fed.data)
+
+
+def train_module(
+    fed: Federation,
+    trainer,
+    start: Weights,
+    clients: torch.Tensor,
+    hp: LocalSGD,
+    center: Weights | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Weights, torch.Tensor]:
+    """``fed.train_clients`` with another trainer: the same batch plan drawn from ``generator``
+    (default ``fed.generator``) for ``clients`` from the stacked ``start`` (keys of the trainer's module)."""
+    counts = fed.data.train.counts[clients]
+    plan = make_batch_plan(counts, hp.epochs, hp.batch_size, generator or fed.generator)
+    return trainer.train(start, clients, plan, hp, center)

@@ -1,0 +1,62 @@
+"""FeMAM's additive model (Wang et al., Eq. 2): a client's prediction is the sum over its levels
+of the level models' outputs, sum_l a_l f(x; theta^(l)).
+
+:class:`AdditiveLevels` holds ``n`` copies of a template under ``levels.{l}`` plus a buffer
+``active`` (a_l in {0, 1}: a level a client pruned leaves its prediction by a_l = 0).  With
+``trainable=True`` only the newest level ``levels.{n-1}`` has parameters; the earlier ones are
+frozen (parameters held as buffers, :func:`~fedbench.models.frozen.freeze_parameters`) and
+stay in eval mode even when the module is put in training mode, so their BatchNorm uses running
+statistics (notes §1.4, ``clients.train_model``).  ``combine="mean"`` divides the sum by the
+number of active levels (the released code's loss on the mean of the logits, notes §1.7.1).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from fedbench.models.frozen import freeze_parameters
+
+COMBINE = ("sum", "mean")
+
+
+class AdditiveLevels(nn.Module):
+    def __init__(self, template: nn.Module, n_levels: int, combine: str = "sum", trainable: bool = True):
+        super().__init__()
+        if n_levels < 1:
+            raise ValueError(f"an additive model needs >= 1 level, got {n_levels}")
+        if combine not in COMBINE:
+            raise ValueError(f"combine must be one of {COMBINE}, got {combine!r}")
+        self.levels = nn.ModuleList(copy.deepcopy(template) for _ in range(n_levels))
+        self.frozen = n_levels - 1 if trainable else n_levels
+        for level in self.levels[: self.frozen]:
+            freeze_parameters(level)
+        self.combine = combine
+        self.register_buffer("active", torch.ones(n_levels))
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for level in self.levels[: self.frozen]:
+            level.eval()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = sum(self.active[l] * level(x) for l, level in enumerate(self.levels))
+        if self.combine == "mean":
+            out = out / self.active.sum().clamp_min(1.0)
+        return out
+
+
+def level_key(level: int, name: str) -> str:
+    """The state-dict key of template entry ``name`` inside level ``level`` (0-based)."""
+    return f"levels.{level}.{name}"
+
+
+def additive_weights(levels: list[dict[str, torch.Tensor]], active: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Stacked weights of an :class:`AdditiveLevels` from per-level stacked template weights and
+    ``active`` ``[clients, levels]``."""
+    out = {level_key(l, k): v for l, weights in enumerate(levels) for k, v in weights.items()}
+    out["active"] = active
+    return out

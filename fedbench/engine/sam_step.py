@@ -32,7 +32,7 @@ def asam_perturbation(params: Weights, grads: Weights, rho: float, eta: float, e
     for n, g in grads.items():
         t = asam_scale(n, params[n], eta)
         scaled[n] = g if t is None else t * g
-    norm = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in scaled.values()))  # [k]
+    norm = torch.sqrt(sum(v.reshape(len(v), -1).pow(2).sum(1) for v in scaled.values()))  # [k]
     out = {}
     for n, tg in scaled.items():
         t = asam_scale(n, params[n], eta)

@@ -1,6 +1,7 @@
 """FedMR (layer-wise recombination, two-stage training), FedIndep, FedMut and FedExP against
 hand-derived facts."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -238,3 +239,36 @@ def test_fedexp_scores_the_average_of_the_last_two_iterates():
     for k in scored:
         torch.testing.assert_close(scored[k], (state["global"][k] + state["previous"][k]) / 2)
     assert state["eta"] >= 1.0
+
+
+# ---- CluSamp --------------------------------------------------------------------------
+
+
+def test_clusamp_distributions_sum_to_one_and_carry_every_clients_weight():
+    """Algorithm 2: m distributions, each of mass 1; client i's total over them is m p_i."""
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
+    from fedbench.algorithms.clusamp import dissimilarity, sampling_distributions
+
+    rng = np.random.default_rng(0)
+    gradients = torch.from_numpy(rng.normal(size=(9, 4)))
+    counts = np.array([30.0, 5, 12, 80, 7, 19, 40, 3, 24])  # client 3 alone weighs 4 * 80/220 > 1
+    d = dissimilarity(gradients, "L1")
+    np.testing.assert_allclose(d[0, 1], (gradients[0] - gradients[1]).abs().sum().item())
+    for m in (2, 4, 9):
+        r = sampling_distributions(linkage(squareform(d), "ward"), counts, m)
+        assert r.shape == (m, 9) and (r >= 0).all()
+        np.testing.assert_allclose(r.sum(1), np.ones(m))
+        np.testing.assert_allclose(r.sum(0), m * counts / counts.sum())
+
+
+def test_clusamp_round_runs_and_records_representative_gradients():
+    data = make_data([12, 30, 9, 17, 21, 8])
+    fed = make_federation(data, nn.Sequential(nn.Flatten(), nn.Linear(5, 3)), LocalSGD(epochs=1, batch_size=5, lr=0.1), 0.5)
+    algorithm = ALGORITHMS["clusamp"]()
+    state = run(algorithm, fed, rounds=3)
+    assert state["gradients"].shape == (6, 18)
+    assert (state["gradients"].abs().sum(1) > 0).any()
+    r = algorithm.distributions(fed, state)
+    np.testing.assert_allclose(r.sum(1), np.ones(3))

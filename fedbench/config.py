@@ -75,6 +75,7 @@ def check_config(config: dict) -> None:
                 registry.check_params(entry[key], params, where)
             except ValueError as error:
                 raise ConfigError(str(error)) from None
+    client_counts = _check_partition_specs(config)
     for i, block in enumerate(config.get("partition_grid", [])):
         _check_declared(config, block, f"partition_grid[{i}]", ("datasets", "partitions"))
     for experiment, spec in config.get("experiments", {}).items():
@@ -85,6 +86,7 @@ def check_config(config: dict) -> None:
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
         _check_published_links(experiment, spec)
+        _check_rounds_and_models(config, experiment, spec, client_counts)
     unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
     if unknown:
         raise ConfigError(
@@ -106,6 +108,47 @@ def _check_published_links(experiment: str, spec: dict) -> None:
                 f"experiments.{experiment}.published.{axis}: {', '.join(stray)} not in the experiment's grid "
                 f"{declared} ({', '.join(sorted(in_grid))})"
             )
+
+
+def _check_partition_specs(config: dict) -> dict[str, int]:
+    """Partition kinds that can check their entry before any job (``validate_spec``, e.g. an index
+    file's parse, duplicates and negative indices) do so; returns the known client count of every
+    partition (its ``num_clients``, or what ``validate_spec`` found)."""
+    counts = {}
+    for name, entry in config.get("partitions", {}).items():
+        params = {k: v for k, v in entry.items() if k not in COMMON_KEYS}
+        validate = getattr(PARTITIONERS[entry["kind"]], "validate_spec", None)
+        if validate is not None:
+            try:
+                counts[name] = validate(params)
+            except ValueError as error:
+                raise ConfigError(f"partitions.{name}: {error}") from None
+        elif isinstance(entry.get("num_clients"), int):
+            counts[name] = entry["num_clients"]
+    return counts
+
+
+def _check_rounds_and_models(config: dict, experiment: str, spec: dict, client_counts: dict[str, int]) -> None:
+    """Cross-entry limits: an algorithm's ``first_stage_rounds`` (FedMR's aggregation stage) within
+    the experiment's rounds; its ``models`` (FedMR's m intermediate models) at most the number of
+    clients of every partition it runs on."""
+    rounds = {**TRAINING_DEFAULTS, **spec.get("training", {})}["rounds"]
+    for i, block in enumerate(spec.get("grid", [])):
+        for algorithm in block["algorithms"]:
+            entry = config.get("algorithms", {}).get(algorithm, {})
+            stage = entry.get("first_stage_rounds")
+            if isinstance(stage, int) and stage > rounds:
+                raise ConfigError(
+                    f"experiments.{experiment}.grid[{i}]: algorithms.{algorithm}.first_stage_rounds = {stage} "
+                    f"exceeds the experiment's rounds ({rounds})"
+                )
+            m = entry.get("models")
+            for partition in block["partitions"]:
+                if isinstance(m, int) and partition in client_counts and m > client_counts[partition]:
+                    raise ConfigError(
+                        f"experiments.{experiment}.grid[{i}]: algorithms.{algorithm}.models = {m} intermediate models "
+                        f"exceed the {client_counts[partition]} clients of partitions.{partition}"
+                    )
 
 
 def _check_encoder_names(config: dict) -> None:

@@ -112,13 +112,17 @@ def _check_published_links(experiment: str, spec: dict) -> None:
 
 def _check_partition_specs(config: dict) -> dict[str, int]:
     """Partition kinds that can check their entry before any job (``validate_spec``, e.g. an index
-    file's parse, duplicates and negative indices) do so; returns the known client count of every
-    partition (its ``num_clients``, or what ``validate_spec`` found)."""
+    file's parse, duplicates and negative indices) do so for every partition a grid uses (declared
+    but unused entries are options, e.g. index files not downloaded); returns the known client
+    count of every partition (its ``num_clients``, or what ``validate_spec`` found)."""
+    used = {p for block in config.get("partition_grid", []) for p in block.get("partitions", [])}
+    for spec in config.get("experiments", {}).values():
+        used.update(p for block in spec.get("grid", []) for p in block.get("partitions", []))
     counts = {}
     for name, entry in config.get("partitions", {}).items():
         params = {k: v for k, v in entry.items() if k not in COMMON_KEYS}
         validate = getattr(PARTITIONERS[entry["kind"]], "validate_spec", None)
-        if validate is not None:
+        if validate is not None and name in used:
             try:
                 counts[name] = validate(params)
             except ValueError as error:

@@ -20,7 +20,8 @@ from fedbench.data.partition_file import atomic_write, load_partition, save_part
 from fedbench.data import partition_dataset
 from fedbench.data import load_dataset
 from fedbench.engine.device import peak_memory_mb, resolve_device
-from fedbench.engine.evaluate import evaluate_clients, evaluate_pooled
+from fedbench.engine.evaluate import evaluate_pooled
+from fedbench.engine.shared_eval import evaluate_clients_shared
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.reference import ReferenceTrainer
@@ -81,7 +82,7 @@ def _history_row(round_: int, train_loss: float, personal, pooled) -> dict:
 def _train_scores(model, models, global_weights, data: FederatedData, everyone) -> dict:
     """The clients' models and the global model on the training rows: train accuracy (FLT's
     appendix tables) and the pooled training losses (pFedMe/pFedMT's loss curves)."""
-    on_train = evaluate_clients(model, models, data, data.train, everyone)
+    on_train = evaluate_clients_shared(model, models, data, data.train, everyone)
     global_train = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.train)
     return {
         "train_acc_mean": float(on_train.accuracy.mean()),
@@ -139,7 +140,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         if t % every and t != rounds:
             continue
         models = algorithm.client_models(fed, state, t)
-        personal = evaluate_clients(model, models, data, data.test, everyone)
+        personal = evaluate_clients_shared(model, models, data, data.test, everyone)
         global_weights = algorithm.global_model(fed, state)
         pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test)
         row = _history_row(t, float(np.mean(losses)), personal, pooled)

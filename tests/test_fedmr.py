@@ -311,3 +311,29 @@ def test_fedgen_regularised_rounds_run():
     state = run(algorithm, fed, rounds=3)
     assert state["trained_generator"] and len(state["generator_losses"]) == 3
     assert all(torch.isfinite(v).all() for v in state["global"].values())
+
+
+def test_shared_evaluation_equals_per_client_evaluation():
+    """One model for every client on one shared test set: scored once, same numbers as scoring each."""
+    from fedbench.engine.evaluate import evaluate_clients
+    from fedbench.engine.federated_data import ClientIndex, FederatedData
+    from fedbench.engine.shared_eval import evaluate_clients_shared
+
+    base = make_data([10, 12, 8], test=6)
+    shared = ClientIndex.from_lists([np.arange(30, 40)] * 3, "cpu")
+    data = FederatedData(base.x, base.y, base.train, shared, base.num_classes)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+    clients = torch.arange(3)
+    same = broadcast(model_weights(model), 3)
+    got, want = evaluate_clients_shared(model, same, data, shared, clients), evaluate_clients(model, same, data, shared, clients)
+    for field in ("samples", "correct", "loss_sum", "macro_f1"):
+        np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=1e-6)
+    different = {k: v + torch.arange(3.0).view(-1, *[1] * (v.dim() - 1)) for k, v in same.items()}
+    got, want = evaluate_clients_shared(model, different, data, shared, clients), evaluate_clients(model, different, data, shared, clients)
+    np.testing.assert_allclose(got.loss_sum, want.loss_sum, rtol=1e-6)
+    assert len(set(np.round(got.loss_sum, 6))) > 1
+    # one model, each client on its own (unequal, overlapping-free) training rows
+    got, want = evaluate_clients_shared(model, same, data, data.train, clients), evaluate_clients(model, same, data, data.train, clients)
+    for field in ("samples", "correct", "loss_sum", "macro_f1"):
+        np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=1e-6)

@@ -337,3 +337,35 @@ def test_shared_evaluation_equals_per_client_evaluation():
     got, want = evaluate_clients_shared(model, same, data, data.train, clients), evaluate_clients(model, same, data, data.train, clients)
     for field in ("samples", "correct", "loss_sum", "macro_f1"):
         np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=1e-6)
+
+
+def test_fedgen_local_gradient_matches_per_client_autograd():
+    """The vmapped regularised loss's gradient = each client's autograd gradient of
+    CE(f(x), y) + alpha CE(head(z_hat), y_hat) + beta KLDiv(log_softmax f(x), softmax head(z_real)) ("batchmean")."""
+    from torch.func import grad_and_value, vmap
+
+    from fedbench.algorithms.fedgen import regularised_loss
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    k, batch = 3, 6
+    params = {n: p.detach().unsqueeze(0) + 0.1 * torch.randn(k, *p.shape) for n, p in model.named_parameters()}
+    x, y = torch.randn(k, batch, 5), torch.randint(3, (k, batch))
+    z_real, z_hat, y_hat = torch.randn(k, batch, 4), torch.randn(k, batch, 4), torch.randint(3, (k, batch))
+    mask = torch.ones(k, batch)
+    vm = vmap(grad_and_value(regularised_loss(model, "3.weight", "3.bias", 0.7, 0.3), has_aux=True))
+    grads, (_, ce) = vm(params, {}, x, y, mask, z_real, z_hat, y_hat)
+    for c in range(k):
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(params[n][c])
+        model.zero_grad()
+        logits = model(x[c])
+        head = model[3]
+        target = torch.softmax(head(z_real[c]), -1).detach()
+        loss = (nn.functional.cross_entropy(logits, y[c]) + 0.7 * nn.functional.cross_entropy(head(z_hat[c]), y_hat[c])
+                + 0.3 * nn.functional.kl_div(torch.log_softmax(logits, -1), target, reduction="batchmean"))
+        loss.backward()
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(grads[n][c], p.grad, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(ce[c], nn.functional.cross_entropy(logits, y[c]).detach())

@@ -79,6 +79,24 @@ def generator_loss(generator: Generator, heads: tuple[torch.Tensor, torch.Tensor
     return teacher + diversity * diversity_loss(noise, z)
 
 
+def regularised_loss(model: nn.Module, w_name: str, b_name: str, alpha: float, beta: float):
+    """One client's FedGen local loss on a masked minibatch and its generated head inputs:
+    CE(f(x), y) + alpha CE(head(z_hat), y_hat) + beta KL(softmax(head(z_real)) || softmax(f(x)));
+    returns (loss, CE) for ``grad_and_value(has_aux=True)``."""
+
+    def loss(params, buffers, x, y, mask, z_real, z_hat, y_hat):
+        logits = functional_call(model, {**params, **buffers}, (x,))
+        per_sample = F.cross_entropy(logits, y, reduction="none")
+        weight = mask / mask.sum().clamp_min(1.0)
+        ce = (per_sample * weight).sum()
+        target = F.softmax(F.linear(z_real, params[w_name], params[b_name]), -1).detach()
+        kl = ((target * (target.clamp_min(1e-12).log() - F.log_softmax(logits, -1))).sum(-1) * weight).sum()
+        teacher = F.cross_entropy(F.linear(z_hat, params[w_name], params[b_name]), y_hat)
+        return ce + alpha * teacher + beta * kl, ce
+
+    return loss
+
+
 @dataclass(frozen=True)
 class FedGen:
     generative_alpha: float = 0.2
@@ -146,17 +164,7 @@ class FedGen:
         classes = fed.data.num_classes
         generator.eval()
 
-        def loss(params, buffers, x, y, mask, z_real, z_hat, y_hat):
-            logits = functional_call(model, {**params, **buffers}, (x,))
-            per_sample = F.cross_entropy(logits, y, reduction="none")
-            weight = mask / mask.sum().clamp_min(1.0)
-            ce = (per_sample * weight).sum()
-            target = F.softmax(F.linear(z_real, params[w_name], params[b_name]), -1).detach()
-            kl = ((target * (target.clamp_min(1e-12).log() - F.log_softmax(logits, -1))).sum(-1) * weight).sum()
-            teacher = F.cross_entropy(F.linear(z_hat, params[w_name], params[b_name]), y_hat)
-            return ce + alpha * teacher + beta * kl, ce
-
-        vmapped = vmap(grad_and_value(loss, has_aux=True), randomness="different")
+        vmapped = vmap(grad_and_value(regularised_loss(model, w_name, b_name, alpha, beta), has_aux=True), randomness="different")
 
         def grad_fn(params, buffers, x, y, mask):
             k, batch = y.shape

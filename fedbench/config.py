@@ -102,6 +102,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
             except ValueError as error:
                 raise ConfigError(str(error)) from None
     algorithms = _build_algorithms(config)
+    client_counts = _check_partition_specs(config)
     for i, block in enumerate(config.get("partition_grid", [])):
         _check_declared(config, block, f"partition_grid[{i}]", ("datasets", "partitions"))
         _check_class_budgets(config, block, f"partition_grid[{i}]")
@@ -117,6 +118,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
         _check_repeated_cells(experiment, spec)
         _check_published_links(experiment, spec)
         _check_bn_aggregation(config, experiment, spec)
+        _check_rounds_and_models(config, experiment, spec, client_counts)
     _check_feasible(config)
     unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
     if unknown:
@@ -310,6 +312,51 @@ def _check_class_budgets(config: dict, block: dict, where: str) -> None:
                     f"{where}: partitions.{partition} (structure {entry.get('structure')}) needs {needed} classes, "
                     f"datasets.{dataset} has {available}"
                 )
+
+
+def _check_partition_specs(config: dict) -> dict[str, int]:
+    """Partition kinds that can check their entry before any job (``validate_spec``, e.g. an index
+    file's parse, duplicates and negative indices) do so for every partition a grid uses (declared
+    but unused entries are options, e.g. index files not downloaded); returns the known client
+    count of every partition (its ``num_clients``, or what ``validate_spec`` found)."""
+    used = {p for block in config.get("partition_grid", []) for p in block.get("partitions", [])}
+    for spec in config.get("experiments", {}).values():
+        used.update(p for block in spec.get("grid", []) for p in block.get("partitions", []))
+    counts = {}
+    for name, entry in config.get("partitions", {}).items():
+        params = {k: v for k, v in entry.items() if k not in COMMON_KEYS}
+        validate = getattr(PARTITIONERS[entry["kind"]], "validate_spec", None)
+        if validate is not None and name in used:
+            try:
+                counts[name] = validate(params)
+            except ValueError as error:
+                raise ConfigError(f"partitions.{name}: {error}") from None
+        elif isinstance(entry.get("num_clients"), int):
+            counts[name] = entry["num_clients"]
+    return counts
+
+
+def _check_rounds_and_models(config: dict, experiment: str, spec: dict, client_counts: dict[str, int]) -> None:
+    """Cross-entry limits: an algorithm's ``first_stage_rounds`` (FedMR's aggregation stage) within
+    the experiment's rounds; its ``models`` (FedMR's m intermediate models) at most the number of
+    clients of every partition it runs on."""
+    rounds = {**TRAINING_DEFAULTS, **spec.get("training", {})}["rounds"]
+    for i, block in enumerate(spec.get("grid", [])):
+        for algorithm in block["algorithms"]:
+            entry = config.get("algorithms", {}).get(algorithm, {})
+            stage = entry.get("first_stage_rounds")
+            if isinstance(stage, int) and stage > rounds:
+                raise ConfigError(
+                    f"experiments.{experiment}.grid[{i}]: algorithms.{algorithm}.first_stage_rounds = {stage} "
+                    f"exceeds the experiment's rounds ({rounds})"
+                )
+            m = entry.get("models")
+            for partition in block["partitions"]:
+                if isinstance(m, int) and partition in client_counts and m > client_counts[partition]:
+                    raise ConfigError(
+                        f"experiments.{experiment}.grid[{i}]: algorithms.{algorithm}.models = {m} intermediate models "
+                        f"exceed the {client_counts[partition]} clients of partitions.{partition}"
+                    )
 
 
 def _check_encoder_names(config: dict) -> None:

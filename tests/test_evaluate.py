@@ -187,3 +187,24 @@ def test_cross_entropy_per_row_equals_torch():
     y = torch.randint(0, 10, (3, 7), generator=g)
     want = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(3, 7)
     torch.testing.assert_close(cross_entropy_per_row(logits, y), want)
+
+
+def test_one_model_for_all_clients_is_scored_once_with_the_same_numbers():
+    """Every client holds one model (a global model) on one shared test set: the shared path scores
+    each distinct row once and gives each client's numbers as scoring it alone does; different
+    models per client take the grouped path."""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 5, generator=gen), torch.randint(0, 3, (40,), generator=gen)
+    train = ClientIndex.from_lists([np.arange(0, 10), np.arange(10, 22), np.arange(22, 30)], "cpu")
+    shared = ClientIndex.from_lists([np.arange(30, 40)] * 3, "cpu")
+    data = FederatedData(x, y, train, shared, 3)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+    same = broadcast(model_weights(model), 3)
+    different = {k: v + torch.arange(3.0).view(-1, *[1] * (v.dim() - 1)) for k, v in same.items()}
+    for stacked in (same, different):
+        for index in (shared, data.train):
+            together = evaluate_clients(model, stacked, data, index, torch.arange(3))
+            alone = [evaluate_clients(model, {k: v[[c]] for k, v in stacked.items()}, data, index, torch.tensor([c]))
+                     for c in range(3)]
+            for field in ("samples", "correct", "loss_sum", "macro_f1"):
+                np.testing.assert_allclose(getattr(together, field), [getattr(a, field)[0] for a in alone], rtol=1e-6)

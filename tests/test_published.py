@@ -17,10 +17,6 @@ GRIDS = sorted((REPO / "config" / "experiments").glob("*.yaml"))
 @pytest.mark.parametrize("path", GRIDS, ids=lambda p: p.stem)
 def test_experiment_grids_are_valid(path):
     config = yaml.safe_load(path.read_text())
-    from fedbench.models import MODELS
-
-    if any(m.get("arch") == "resnet9" for m in config.get("models", {}).values()) and "resnet9" not in MODELS:
-        pytest.skip("ResNet-9 is registered by its own change (tests/test_femam_grid.py checks this grid with an MLP)")
     validate(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     check_config(config)
     assert expand_cells(config)
@@ -56,3 +52,27 @@ def test_pfedmt_paper_grid_plans_cleanly(tmp_path):
     assert jobs["train_cell"] == 100 and jobs["partition"] == 10 and jobs["scorecard"] == 1 and jobs["accuracy_curves"] == 4
     offline = planned_jobs(snakemake(tmp_path, "-n", "--config", "only_experiments=[synthetic_mlr,synthetic_dnn]", configfile=config).stdout)
     assert offline["train_cell"] == 50 and offline["partition"] == 5 and offline["scorecard"] == 1
+
+
+def test_every_fedmr_table1_number_is_linked_once():
+    """All 216 published numbers of FedMR's Table 1 (27 settings x 8 methods), each by exactly one
+    experiment and model (the scorecard raises on a link matching none or several)."""
+    config = yaml.safe_load((REPO / "config" / "experiments" / "fedmr.yaml").read_text())
+    for name, experiment in config["experiments"].items():
+        algorithms = {a for block in experiment["grid"] for a in block["algorithms"]}
+        assert set(experiment["published"]["rows"]) == algorithms, name
+    card = scorecard(config, [], load_published())
+    published = load_published()
+    table = published[(published["paper"] == "fedmr") & (published["table"] == "Table 1")]
+    assert len(table) == 216 and len(card) == 216 and card["published"].notna().all()
+    keys = ["dataset", "model", "partition", "method", "setting"]
+    assert set(map(tuple, card[keys].values)) == set(map(tuple, table[keys].values))
+
+
+def test_fedmr_paper_grid_plans_cleanly(tmp_path):
+    """216 cells x 3 seeds; 9 (dataset, partition) pairs x 3 seeds partitions; one scorecard."""
+    from test_workflow import planned_jobs, snakemake, write_config
+
+    config = yaml.safe_load((REPO / "config" / "experiments" / "fedmr.yaml").read_text())
+    jobs = planned_jobs(snakemake(tmp_path, "-n", configfile=write_config(tmp_path / "fedmr.yaml", config)).stdout)
+    assert jobs["train_cell"] == 216 * 3 and jobs["partition"] == 9 * 3 and jobs["scorecard"] == 1

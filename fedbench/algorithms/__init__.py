@@ -5,6 +5,7 @@ A builder takes the method's own hyper-parameters as keyword arguments and retur
 """
 
 from fedbench.algorithms import cfl, ditto, fedavg, fedrep, femam, fesem, flt, ifca, local, perfedavg, pfedme, pfedmt  # noqa: F401  (register the builders)
+from fedbench.algorithms import clusamp, fedasam, fedexp, fedgen, fedmr, fedmut  # noqa: F401  (FedMR and its baselines)
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 
 __all__ = ["ALGORITHMS", "Algorithm", "Federation"]

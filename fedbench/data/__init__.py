@@ -4,6 +4,7 @@ and partitioner."""
 
 from fedbench.data import leaf, vision  # noqa: F401  (register the image and LEAF sources)
 from fedbench.data import partitioners, partitions_femam, partitions_flt, partitions_pfedmt  # noqa: F401  (register partitioners)
+from fedbench.data import partitions_index_file  # noqa: F401  (the authors' exact splits as index files)
 from fedbench.data.partition import PARTITIONERS, ClientSamples, Partition, partition_dataset
 from fedbench.data.sources import DATASETS, ArrayDataset, load_dataset
 

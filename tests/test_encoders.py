@@ -224,7 +224,8 @@ def test_rule_pretrains_the_encoder(tmp_path):
     assert {p.name for p in out.iterdir()} == {"enc.pt", "enc_loss.csv", "enc_loss.png"}
     assert load_encoder(out / "enc.pt").encode(torch.zeros(1, 1, 28, 28)).shape == (1, 128)
     assert len(pd.read_csv(out / "enc_loss.csv")) == 3
-    assert "encoder enc epoch 2/2" in (tmp_path / "logs" / "encoders" / "enc.log").read_text()
+    assert "encoder enc epoch 2/2" in (tmp_path / "results" / "logs" / "encoders" / "enc.log").read_text()
+    assert torch.load(out / "enc.pt", weights_only=True)["provenance"]["code_files"]["fedbench/encoders.py"]
     again = snakemake(tmp_path, "-n", "encoders", configfile=configfile)
     assert planned_jobs(again.stdout) == {}
 

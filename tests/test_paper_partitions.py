@@ -80,6 +80,6 @@ def test_missing_dataset_fails_the_job_with_what_to_put_where(tmp_path):
     target = "results/partitions/mnist_flt/flt_s1_small/seed0.npz"
     process = snakemake(tmp_path, "--cores", "1", target, configfile=configfile, check=False)
     assert process.returncode != 0
-    log = (tmp_path / "logs" / "partitions" / "mnist_flt" / "flt_s1_small" / "seed0.log").read_text()
+    log = (tmp_path / "results" / "logs" / "partitions" / "mnist_flt" / "flt_s1_small" / "seed0.log").read_text()
     assert "MNIST" in log and str(tmp_path / "empty") in log and "train-images-idx3-ubyte" in log
     assert not (tmp_path / target).exists()

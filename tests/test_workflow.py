@@ -242,6 +242,24 @@ def test_typo_and_repeated_key_stop_snakemake_with_one_line(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_make_run_explains_a_stale_lock(tmp_path):
+    """`make run` turns Snakemake's lock error into what to do (a stand-in snakemake fails as
+    Snakemake does on a directory locked by a killed run)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = "#!/bin/sh\necho 'LockException:'\necho 'Error: Directory cannot be locked. Please make sure ...'\nexit 1\n"
+    for name, text in (("snakemake", fake), ("python", "#!/bin/sh\nexit 0\n")):
+        (venv / "bin" / name).write_text(text)
+        (venv / "bin" / name).chmod(0o755)
+    (venv / ".installed").touch()
+    process = subprocess.run(
+        ["make", "-C", str(REPO), "run", f"VENV={venv}", f"RUN_LOG={tmp_path / 'run.txt'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60,
+    )
+    assert process.returncode != 0
+    assert "still locked by an earlier Snakemake run" in process.stdout and "make unlock" in process.stdout, process.stdout
+
+
 def test_lint_reports_nothing():
     process = subprocess.run(
         [str(SNAKEMAKE), "--lint"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300

@@ -95,8 +95,10 @@ def to_markdown(card: pd.DataFrame) -> str:
         "",
     ]
     for (paper, table, dataset, model), group in card.groupby(["paper", "table", "dataset", "model"], sort=False):
+        # two runs linked to one published row (two readings of a method): name the run in the cell
+        shared = group.duplicated(["method", "setting"], keep=False)
         view = pd.DataFrame({
-            "method": group["method"],
+            "method": [f"{m} [{a}]" if s else m for m, a, s in zip(group["method"], group["algorithm"], shared)],
             "setting": group["setting"],
             "published": [format_mean_std(v, s if pd.notna(s) else 0.0) for v, s in zip(group["published"], group["published_std"])],
             "reproduced": [format_mean_std(v, s) if n else "" for v, s, n in zip(group["reproduced"], group["reproduced_std"], group["seeds"])],

@@ -144,6 +144,14 @@ class FLT:
     def global_model(self, fed: Federation, state: dict) -> None:
         return None
 
+    def adjacency(self, fed: Federation, state: dict) -> np.ndarray:
+        """The graph the server averages over: Ã (case I) or HC's same-cluster blocks (case II);
+        the pipeline logs its density and its share of cross-group links."""
+        if self.cluster_count is None or state.get("clusters") is None:
+            return state["adjacency"]
+        c = np.asarray(state["clusters"])
+        return (c[:, None] == c[None, :]).astype(int)
+
     def clusters(self, fed: Federation, state: dict) -> np.ndarray:
         """HC's clusters: the ones case II trains on; in case I reported only (C chosen by HC)."""
         return state["clusters"]

@@ -68,6 +68,8 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                     if link.rounds is not None and trained < link.rounds:
                         note = f"runs end at round {trained} < T = {link.rounds}: not comparable"
                         continue
+                    if "cfl_splits" in history and history["cfl_splits"].max() == 0:
+                        note = "CFL never split (= FedAvg)"
                     final = PROTOCOLS[run["protocol"]].final(history, link.scored, link.rounds)
                     values.append(100 * final["accuracy"] if final["accuracy"] is not None else float("nan"))
                 reproduced = pd.Series(values, dtype=float)

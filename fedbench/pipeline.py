@@ -66,6 +66,24 @@ def structure_scores(levels: dict[str, np.ndarray], truth: dict[str, list]) -> d
     }
 
 
+def adjacency_scores(adjacency, truth) -> dict[str, float]:
+    """An FLT-style relatedness graph against the ground truth: ``adj_density`` = linked share of
+    the M (M - 1) ordered off-diagonal pairs; ``adj_cross_group`` = share of those links whose two
+    clients belong to different ground-truth groups (NaN without links or without a truth)."""
+    if adjacency is None:
+        return {}
+    a = np.asarray(adjacency) != 0
+    off = ~np.eye(len(a), dtype=bool)
+    links = a & off
+    m = len(a)
+    out = {"adj_density": float(links.sum() / max(m * (m - 1), 1))}
+    if truth is not None:
+        t = np.asarray(truth)
+        cross = links & (t[:, None] != t[None, :])
+        out["adj_cross_group"] = float(cross.sum() / links.sum()) if links.any() else float("nan")
+    return out
+
+
 def save_artifacts(artifacts: dict, out_dir: Path) -> list[str]:
     """Write an algorithm's artifacts: arrays as ``.npy``, DataFrames as ``.csv``, dicts as ``.json``."""
     written = []
@@ -167,6 +185,10 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
             row.update(_train_scores(scoring, models, global_weights, data, everyone, memory_mb, model))
         clusters = getattr(algorithm, "clusters", None)
         row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
+        adjacency = getattr(algorithm, "adjacency", None)
+        row.update(adjacency_scores(adjacency(fed, state) if adjacency else None, truth))
+        diagnostics = getattr(algorithm, "diagnostics", None)  # per-round scalars (CFL's norms, splits)
+        row.update(diagnostics(fed, state) if diagnostics else {})
         losses.clear()
         history.append(row)
         per_client[t] = personal
@@ -216,6 +238,14 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     level_clusters = getattr(algorithm, "level_clusters", None)
     if level_clusters:  # FeMAM: every level's groups against every ground-truth grouping
         metrics["structure_scores"] = structure_scores(level_clusters(fed, state), partition.groups)
+    for column in ("adj_density", "adj_cross_group"):
+        if column in history_df:
+            metrics.setdefault("clustering", {})[column] = float(history_df[column].iloc[-1])
+    summary = getattr(algorithm, "summary", None)  # per-run facts (CFL's split rounds)
+    if summary:
+        metrics["summary"] = summary(fed, state)
+        if "warning" in metrics["summary"]:
+            log.warning("cell %s: %s", cell.run_dir("").lstrip("/"), metrics["summary"]["warning"])
     artifacts = getattr(algorithm, "artifacts", None)
     if artifacts:
         metrics["artifacts"] = save_artifacts(artifacts(fed, state), out)

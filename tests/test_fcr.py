@@ -130,3 +130,18 @@ def test_figures_written(planted_fcr, tmp_path):
     for name in ("adj.png", "dist.pdf", "umap.png"):
         assert (tmp_path / name).stat().st_size > 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adj.png", "dist.pdf", "umap.png"]
+
+
+def test_min_and_matching_distances_on_three_centre_sets_by_hand():
+    """A = {(0,0), (10,0)}, B = {(1,0), (20,0)}, C = {(10,0), (0,0)} (A's centres, swapped).
+    min over pairs: d(A,B) = 1, d(A,C) = 0, d(B,C) = 1.  Matching: d(A,C) = 0; d(A,B) = d(B,C) =
+    sqrt(1^2 + 10^2) / 2 (0<->1, 10<->20 beats sqrt(20^2 + 9^2) / 2).  At gamma = 3 the paper's
+    graph links all three, the code's only A and C."""
+    from fedbench.clustering.fcr import client_distances, threshold_adjacency
+
+    points = np.array([[[0, 0], [10, 0]], [[1, 0], [20, 0]], [[10, 0], [0, 0]]], dtype=float)
+    far = np.sqrt(101) / 2
+    np.testing.assert_allclose(client_distances(points, "min"), [[0, 1, 0], [1, 0, 1], [0, 1, 0]])
+    np.testing.assert_allclose(client_distances(points, "matching"), [[0, far, 0], [far, 0, far], [0, far, 0]])
+    assert threshold_adjacency(client_distances(points, "min"), 3.0).tolist() == [[1, 1, 1]] * 3
+    assert threshold_adjacency(client_distances(points, "matching"), 3.0).tolist() == [[1, 0, 1], [0, 1, 0], [1, 0, 1]]

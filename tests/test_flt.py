@@ -18,10 +18,12 @@ def mlp() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
 
 
-def run_flt(adjacency, cluster_count=None, clusters=None, aggregation="simultaneous", rounds=3, participation=1.0):
+def run_flt(adjacency, cluster_count=None, clusters=None, aggregation="simultaneous", rounds=3, participation=1.0,
+            cluster_average="all"):
     """FLT with a given relatedness (FCR bypassed), on the shared toy federation."""
     fed = make_federation(make_data(SIZES), mlp(), LocalSGD(1, 5, 0.1, momentum=0.5), participation, seed=3)
-    algorithm = ALGORITHMS["flt"](encoder="unused", clusters=cluster_count, aggregation=aggregation)
+    algorithm = ALGORITHMS["flt"](encoder="unused", clusters=cluster_count, aggregation=aggregation,
+                                  cluster_average=cluster_average)
     state = {"clients": broadcast(model_weights(fed.model), fed.num_clients), "adjacency": adjacency,
              "clusters": clusters}
     for t in range(1, rounds + 1):
@@ -55,9 +57,36 @@ def test_all_ones_adjacency_is_fedavg():
 
 
 def test_one_cluster_is_fedavg():
+    """Case II with one cluster: FedAvg over the sampled members ("sampled"); with every client
+    taking part, "all" (Algorithm 3 lines 20-22) is the same thing."""
     m = len(SIZES)
-    ones = run_flt(np.ones((m, m)), cluster_count=1, clusters=np.zeros(m, dtype=int), participation=0.6)
+    ones = run_flt(np.ones((m, m)), cluster_count=1, clusters=np.zeros(m, dtype=int), participation=0.6,
+                   cluster_average="sampled")
     assert_same(ones, run("fedavg", participation=0.6), atol=1e-6)
+    everyone = run_flt(np.ones((m, m)), cluster_count=1, clusters=np.zeros(m, dtype=int), cluster_average="all")
+    assert_same(everyone, run("fedavg"), atol=1e-6)
+
+
+def test_case_two_averages_all_members_or_only_the_sampled_ones_by_hand():
+    """lr = 0 leaves every model as it is; client m holds (m + 1) * w0.  Clusters {0, 1}, {2, 3, 4},
+    sampled {0, 2}.  "all": cluster 0 -> (12*1 + 30*2)/42 w0, cluster 1 -> (9*3 + 17*4 + 21*5)/47 w0;
+    "sampled": cluster 0 -> 1 w0, cluster 1 -> 3 w0."""
+    clusters = np.array([0, 0, 1, 1, 1])
+    expected = {
+        "all": [72 / 42, 72 / 42, 200 / 47, 200 / 47, 200 / 47],
+        "sampled": [1.0, 1.0, 3.0, 3.0, 3.0],
+    }
+    for how, factors in expected.items():
+        fed = make_federation(make_data(SIZES), mlp(), LocalSGD(1, 5, 0.0), seed=3)
+        fed.sample_clients = lambda: torch.tensor([0, 2])
+        algorithm = ALGORITHMS["flt"](encoder="unused", clusters=2, cluster_average=how)
+        w0 = model_weights(fed.model)
+        scale = torch.arange(1, 6, dtype=torch.float32)
+        stacked = {k: broadcast(w0, 5)[k] * scale.view(-1, *[1] * v.dim()) for k, v in w0.items()}
+        state, _ = algorithm.round(fed, {"clients": stacked, "adjacency": None, "clusters": clusters}, 1)
+        for k, v in w0.items():
+            want = torch.stack([f * v for f in factors])
+            torch.testing.assert_close(state["clients"][k], want, rtol=1e-5, atol=1e-6)
 
 
 def test_neighbour_average_by_hand():
@@ -71,3 +100,29 @@ def test_neighbour_average_by_hand():
     first = 1.5
     second = (first + 2.0 + 2 * 4.0) / 4
     torch.testing.assert_close(in_place, torch.tensor([first, second, (second + 2 * 4.0) / 3]))
+
+
+def test_fesem_as_flt_code_clusters_all_models_and_averages_per_cluster_by_hand():
+    """lr = 0 keeps the models; client m holds s_m * w0 with s = (1, 1.1, 10, 10.5, 11): k-means on
+    all five flattened models finds {0, 1} and {2, 3, 4}; each member then holds its cluster's
+    sample-weighted mean, (12*1 + 30*1.1)/42 w0 and (9*10 + 17*10.5 + 21*11)/47 w0 (only client 0
+    trained: the stale ones count too)."""
+    scale = torch.tensor([1.0, 1.1, 10.0, 10.5, 11.0])
+    a, b = 45 / 42, 499.5 / 47
+    # in place (the code's loop): later members average the already-updated earlier ones
+    a1 = (12 * a + 30 * 1.1) / 42
+    b3 = (9 * b + 17 * 10.5 + 21 * 11) / 47
+    b4 = (9 * b + 17 * b3 + 21 * 11) / 47
+    expected = {"simultaneous": [a, a, b, b, b], "in_place": [a, a1, b, b3, b4]}
+    for aggregation, factors in expected.items():
+        fed = make_federation(make_data(SIZES), mlp(), LocalSGD(1, 5, 0.0), seed=3)
+        fed.sample_clients = lambda: torch.tensor([0])
+        algorithm = ALGORITHMS["fesem_flt"](num_clusters=2, aggregation=aggregation)
+        w0 = model_weights(fed.model)
+        state = algorithm.init(fed, w0)
+        state["clients"] = {k: v * scale.view(-1, *[1] * (v.dim() - 1)) for k, v in state["clients"].items()}
+        state, _ = algorithm.round(fed, state, 1)
+        labels = algorithm.clusters(fed, state)
+        assert labels[0] == labels[1] != labels[2] == labels[3] == labels[4]
+        for k, v in w0.items():
+            torch.testing.assert_close(state["clients"][k], torch.stack([f * v for f in factors]), rtol=1e-5, atol=1e-6)

@@ -214,3 +214,63 @@ def test_mnist_half_of_the_grid_runs_on_an_idx_fixture(tmp_path):
         history = pd.read_csv(tmp_path / algorithm / "history.csv")
         assert list(history["round"]) == [1, 2] and history[["acc_pooled", "global_acc"]].notna().all().all()
         assert metrics["num_clients"] == 4 and 0 <= metrics["final"]["accuracy"] <= 1
+
+
+def test_pfedme_personal_model_theta_or_local_by_hand(problem):
+    """K = 1, R = 1: theta = x - pl (x - c) (paper's PM) or w_{i,R} = x - eta lam pl (x - c) (the
+    code's PM through aliasing); the global step is the same for both."""
+    c, x0, sizes, _ = problem
+    lam, pl, eta = 2.0, 0.1, 0.05
+    states = {}
+    for reading in ("theta", "local"):
+        fed, initial, _ = quadratic_federation(sizes, c, x0, lr=eta)
+        algo = ALGORITHMS["pfedme"](lam=lam, personal_lr=pl, inner_steps=1, local_steps=1, personal_model=reading)
+        states[reading], _ = algo.round(fed, algo.init(fed, initial), 1)
+    torch.testing.assert_close(states["theta"]["personal"]["p"], x0 - pl * (x0 - c))
+    torch.testing.assert_close(states["local"]["personal"]["p"], x0 - eta * lam * pl * (x0 - c))
+    torch.testing.assert_close(states["theta"]["global"]["p"], states["local"]["global"]["p"])
+    with pytest.raises(ValueError, match="personal_model"):
+        ALGORITHMS["pfedme"](personal_model="w")
+
+
+def test_pfedme_mu_enters_the_personal_step_only(problem):
+    """K = 1, R = 1 with mu: theta = x - pl ((x - c) + mu x) (the code's pFedMeOptimizer step)."""
+    c, x0, sizes, _ = problem
+    lam, pl, eta, mu = 2.0, 0.1, 0.05, 0.3
+    fed, initial, _ = quadratic_federation(sizes, c, x0, lr=eta)
+    algo = ALGORITHMS["pfedme"](lam=lam, personal_lr=pl, inner_steps=1, local_steps=1, mu=mu)
+    state, _ = algo.round(fed, algo.init(fed, initial), 1)
+    theta = x0 - pl * ((x0 - c) + mu * x0)
+    torch.testing.assert_close(state["personal"]["p"], theta)
+    torch.testing.assert_close(state["global"]["p"], ((torch.tensor(sizes, dtype=DT) / sum(sizes))[:, None] * (x0 - eta * lam * (x0 - theta))).sum(0))
+
+
+def test_fedavg_step_without_configured_decay_is_plain_sgd():
+    """One client with one training row, one step (the batch is that row): no weight decay
+    configured -> w - lr grad CE exactly (no shrinkage); wd configured -> w - lr (grad + wd w)."""
+    data = make_data([1], num_classes=3)
+    lr = 0.5
+    for wd in (0.0, 0.2):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+        start = {k: v.detach().clone() for k, v in model.named_parameters()}
+        loss = nn.functional.cross_entropy(model(data.x[:1]), data.y[:1])
+        grads = dict(zip(start, torch.autograd.grad(loss, list(model.parameters()))))
+        fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=1, lr=lr, weight_decay=wd))
+        algo = ALGORITHMS["fedavg"](local_steps=1)
+        state, _ = algo.round(fed, algo.init(fed, model_weights(model)), 1)
+        for name, w in start.items():
+            torch.testing.assert_close(state["global"][name], w - lr * (grads[name] + wd * w))
+
+
+def test_pfedmt_grid_scopes_mu_to_pfedme():
+    """config/experiments/pfedmt.yaml: no experiment sets weight decay (FedAvg, Per-FedAvg and
+    pFedMT step without it in the released code); every pFedMe entry carries mu = 0.001."""
+    from pathlib import Path
+
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments/pfedmt.yaml").read_text())
+    assert all(e["training"].get("weight_decay", 0.0) == 0.0 for e in config["experiments"].values())
+    for name, entry in config["algorithms"].items():
+        assert entry.get("mu", 0.0) == (0.001 if entry["method"] == "pfedme" else 0.0), name

@@ -104,3 +104,56 @@ def test_dataset_entries_can_keep_a_subset_of_classes(digits):
     assert np.array_equal(subset.x[subset.y == 0], digits.x[digits.y == 7])  # relabelled in the order given
     with pytest.raises(ValueError, match="distinct ids"):
         load_dataset({"source": "digits", "classes": [3, 3]})
+
+
+def _labelled(counts_per_class):
+    from fedbench.data.sources import ArrayDataset
+
+    y = np.concatenate([np.full(c, k) for k, c in enumerate(counts_per_class)]).astype(np.int64)
+    return ArrayDataset(np.zeros((len(y), 1), np.float32), y, len(counts_per_class))
+
+
+def test_dirichlet_remainders_by_hand():
+    """Shares (0.26, 0.37, 0.37) of 10 samples: floor cuts at floor(2.6) = 2 and floor(6.3) = 6 ->
+    (2, 4, 4); largest remainder floors (2, 3, 3) and gives the two spare samples to the largest
+    fractional parts (.6 then .7, .7 -> the two .7s) -> (2, 4, 4); shares (0.15, 0.15, 0.7) of 10:
+    floor -> cuts 1, 3 -> (1, 2, 7); largest -> (1.5, 1.5, 7) floors (1, 1, 7), one spare to the
+    first .5 -> (2, 1, 7)."""
+    from fedbench.data.partitioners import _class_counts
+
+    assert _class_counts(np.array([0.26, 0.37, 0.37]), 10, "floor").tolist() == [2, 4, 4]
+    assert _class_counts(np.array([0.26, 0.37, 0.37]), 10, "largest").tolist() == [2, 4, 4]
+    assert _class_counts(np.array([0.15, 0.15, 0.7]), 10, "floor").tolist() == [1, 2, 7]
+    assert _class_counts(np.array([0.15, 0.15, 0.7]), 10, "largest").tolist() == [2, 1, 7]
+
+
+def test_dirichlet_at_tiny_alpha_assigns_every_sample_without_nan():
+    """alpha = 1e-4: the draws are (numerically) one-hot or vanish; every sample still lands on
+    exactly one client, for both remainder rules."""
+    from fedbench.data.partitioners import partition_dirichlet
+
+    data = _labelled([40, 30, 20, 10])
+    pool = np.arange(len(data.y))
+    for remainder in ("floor", "largest"):
+        parts = partition_dirichlet(data, pool, np.random.default_rng(0), num_clients=6, alpha=1e-4,
+                                    min_size=0, remainder=remainder)
+        together = np.sort(np.concatenate(parts.clients))
+        assert together.tolist() == pool.tolist()
+
+
+def test_dirichlet_infeasible_request_fails_fast_naming_the_constraint():
+    """alpha = 0.01, 500 clients, min_size 10 on 60,000 samples in 10 classes: out of reach, said
+    in well under a second (no retries); 5 clients x min_size 10 on 30 samples: too few samples."""
+    import time
+
+    from fedbench.data.partitioners import partition_dirichlet
+
+    data = _labelled([6000] * 10)
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="min_size 10 for all 500 clients is out of reach"):
+        partition_dirichlet(data, np.arange(60000), np.random.default_rng(0), num_clients=500, alpha=0.01)
+    assert time.perf_counter() - started < 1.0
+    with pytest.raises(ValueError, match="samples needed, the pool holds 30"):
+        partition_dirichlet(_labelled([10, 10, 10]), np.arange(30), np.random.default_rng(0), num_clients=5, alpha=1.0)
+    with pytest.raises(ValueError, match="remainder"):
+        partition_dirichlet(data, np.arange(60000), np.random.default_rng(0), num_clients=5, alpha=1.0, remainder="x")

@@ -39,19 +39,21 @@ def test_flt_paper_grid_plans_cleanly(tmp_path):
 
     process = snakemake(tmp_path, "-n", configfile=REPO / "config" / "experiments" / "flt.yaml")
     jobs = planned_jobs(process.stdout)
-    assert jobs["pretrain_encoder"] == 4 and jobs["train_cell"] == 150 + 16 * 3 * 3 and jobs["results_table"] == 1
+    # every FLT cell twice (the paper's reading and the authors' code's, 150 cells each)
+    assert jobs["pretrain_encoder"] == 4 and jobs["train_cell"] == 2 * 150 + 16 * 3 * 3 and jobs["results_table"] == 1
 
 
 def test_pfedmt_paper_grid_plans_cleanly(tmp_path):
-    """Table 1: 4 experiments x 5 algorithms (Per-FedAvg twice: the code's and the paper's
-    personalisation) x 5 seeds; only_experiments keeps the offline Synthetic half."""
+    """Table 1: 4 experiments x 6 algorithms (Per-FedAvg twice: the code's and the paper's
+    personalisation; pFedMe twice: theta and w_{i,R}) x 5 seeds; only_experiments keeps the
+    offline Synthetic half."""
     from test_workflow import planned_jobs, snakemake
 
     config = REPO / "config" / "experiments" / "pfedmt.yaml"
     jobs = planned_jobs(snakemake(tmp_path, "-n", configfile=config).stdout)
-    assert jobs["train_cell"] == 100 and jobs["partition"] == 10 and jobs["scorecard"] == 1 and jobs["accuracy_curves"] == 4
+    assert jobs["train_cell"] == 4 * 6 * 5 and jobs["partition"] == 10 and jobs["scorecard"] == 1 and jobs["accuracy_curves"] == 4
     offline = planned_jobs(snakemake(tmp_path, "-n", "--config", "only_experiments=[synthetic_mlr,synthetic_dnn]", configfile=config).stdout)
-    assert offline["train_cell"] == 50 and offline["partition"] == 5 and offline["scorecard"] == 1
+    assert offline["train_cell"] == 2 * 6 * 5 and offline["partition"] == 5 and offline["scorecard"] == 1
 
 
 def test_every_fedmr_table1_number_is_linked_once():

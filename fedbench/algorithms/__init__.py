@@ -4,7 +4,7 @@ A builder takes the method's own hyper-parameters as keyword arguments and retur
 :class:`~fedbench.algorithms.base.Algorithm`.  Importing this package registers all of them.
 """
 
-from fedbench.algorithms import cfl, ditto, fedavg, fedrep, femam, fesem, flt, ifca, local, perfedavg, pfedme, pfedmt  # noqa: F401  (register the builders)
+from fedbench.algorithms import cfl, ditto, fedavg, fedrep, femam, fesem, fesem_flt, flt, ifca, local, perfedavg, pfedme, pfedmt  # noqa: F401  (register the builders)
 from fedbench.algorithms import clusamp, fedasam, fedexp, fedgen, fedmr, fedmut  # noqa: F401  (FedMR and its baselines)
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 

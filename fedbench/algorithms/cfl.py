@@ -17,7 +17,14 @@ Algorithm 1 of the paper (as in the authors' code, felisat/clustered-federated-l
   split level per cluster and round (recursive over rounds).
 
 Defaults eps1 = 0.4, eps2 = 1.6 are the authors' notebook values (they depend on model and lr;
-the ``cfl_norms`` artifact records both norms of every cluster and round for tuning).
+the ``cfl_norms`` artifact records both norms of every cluster and round for tuning; the run's
+history carries the round's smallest mean-update norm and largest client norm, and the number
+of splits so far; ``summary`` gives the split rounds or "never split", which the pipeline logs
+as a warning: a CFL that never splits is FedAvg).
+
+The mean-update norm ||sum_i p_i dtheta_i|| uses ``mean_norm_weighting``: ``samples`` (default,
+p_i = n_i / n_c, the paper's Algorithm 1) or ``uniform`` (p_i = 1 / |c|, the authors' notebook,
+which averages the updates unweighted for the criterion).
 
 Partial participation (the paper's Sec. VI "varying client populations / parameter tree"):
 members of a splitting cluster that were not sampled keep their cluster, now an inner node of
@@ -43,6 +50,9 @@ from fedbench.algorithms.clustered import flat, stack
 from fedbench.engine.weights import Weights, rows, weighted_average
 
 
+NORM_WEIGHTINGS = ("samples", "uniform")
+
+
 def cosine_matrix(updates: torch.Tensor) -> np.ndarray:
     u = torch.nn.functional.normalize(updates.double(), dim=1)
     return (u @ u.T).cpu().numpy()
@@ -63,6 +73,11 @@ class CFL:
     eps2: float = 1.6
     min_cluster_size: int = 3
     warmup_rounds: int = 20
+    mean_norm_weighting: str = "samples"
+
+    def __post_init__(self):
+        if self.mean_norm_weighting not in NORM_WEIGHTINGS:
+            raise ValueError(f"mean_norm_weighting must be one of {NORM_WEIGHTINGS}, got {self.mean_norm_weighting!r}")
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {
@@ -107,7 +122,8 @@ class CFL:
         counts = fed.data.train.counts[chosen].cpu()
         for c in torch.unique(cluster).tolist():
             idx = (cluster == c).nonzero().flatten()
-            w = counts[idx].double() / counts[idx].sum()
+            w = counts[idx].double() if self.mean_norm_weighting == "samples" else torch.ones(len(idx), dtype=torch.float64)
+            w = w / w.sum()
             mean_norm = float((updates[idx].double() * w[:, None].to(updates.device)).sum(0).norm())
             max_norm = float(updates[idx].norm(dim=1).max())
             norms.append({"round": round_, "cluster": c, "clients": len(idx), "mean_norm": mean_norm, "max_norm": max_norm})
@@ -158,6 +174,24 @@ class CFL:
     def clusters(self, fed: Federation, state: dict) -> np.ndarray:
         return np.unique(self._effective(state), return_inverse=True)[1]
 
+    def diagnostics(self, fed: Federation, state: dict) -> dict:
+        """History columns: this round's smallest mean-update norm and largest client-update norm
+        over its clusters, and the number of splits so far."""
+        last = [n for n in state["norms"] if state["norms"] and n["round"] == state["norms"][-1]["round"]]
+        return {
+            "cfl_mean_norm": min((n["mean_norm"] for n in last), default=float("nan")),
+            "cfl_max_norm": max((n["max_norm"] for n in last), default=float("nan")),
+            "cfl_splits": len(state["splits"]),
+        }
+
+    def summary(self, fed: Federation, state: dict) -> dict:
+        rounds = [s["round"] for s in state["splits"]]
+        out = {"split_rounds": rounds}
+        if not rounds:
+            out["warning"] = (f"CFL never split (eps1={self.eps1}, eps2={self.eps2}): "
+                              "it trained one cluster, i.e. FedAvg")
+        return out
+
     def artifacts(self, fed: Federation, state: dict) -> dict:
         membership = np.stack(state["membership"]) if state["membership"] else np.zeros((0, fed.num_clients), int)
         return {
@@ -170,7 +204,16 @@ class CFL:
 
 
 @ALGORITHMS.register("cfl", bounds={"eps1": ">= 0", "eps2": ">= 0", "min_cluster_size": ">= 1", "warmup_rounds": ">= 0"})
-def cfl(*, eps1: float = 0.4, eps2: float = 1.6, min_cluster_size: int = 3, warmup_rounds: int = 20) -> CFL:
+def cfl(
+    *,
+    eps1: float = 0.4,
+    eps2: float = 1.6,
+    min_cluster_size: int = 3,
+    warmup_rounds: int = 20,
+    mean_norm_weighting: str = "samples",
+) -> CFL:
     """CFL (Sattler et al. 2020): per-cluster FedAvg of weight updates; a cluster with mean update norm
-    < eps1 and max client update norm > eps2 is bi-partitioned by cosine similarity of the updates."""
-    return CFL(eps1=eps1, eps2=eps2, min_cluster_size=min_cluster_size, warmup_rounds=warmup_rounds)
+    < eps1 and max client update norm > eps2 is bi-partitioned by cosine similarity of the updates;
+    ``mean_norm_weighting`` "samples" (paper, Alg. 1) or "uniform" (the authors' notebook)."""
+    return CFL(eps1=eps1, eps2=eps2, min_cluster_size=min_cluster_size, warmup_rounds=warmup_rounds,
+               mean_norm_weighting=mean_norm_weighting)

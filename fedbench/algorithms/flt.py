@@ -15,8 +15,12 @@ Rounds: every sampled client trains its own current model for E epochs; then
   clients (non-participants contribute their current model, as W̄ in Algorithm 3 line 16).
   ``aggregation: simultaneous`` (default, the paper's W̄ Ã) or ``in_place`` (the authors'
   code: clients updated one after another, later ones averaging already-updated models);
-* case II (``clusters: C`` or ``auto``): FedAvg inside each HC cluster over its sampled
-  members (lines 20-22); every member receives its cluster's model.
+* case II (``clusters: C`` or ``auto``): FedAvg inside each HC cluster; every member receives
+  its cluster's model.  ``cluster_average: all`` (default, Algorithm 3 lines 20-22: W̄ holds
+  the non-sampled members' current models, w_c = sum_{m in C_c} p_m w̄_m / sum p_m) or
+  ``sampled`` (only the members trained this round).  The authors' code averages all members
+  (``all_clients: True``, A replaced by all-ones blocks per HC cluster, notes §4.4), with the
+  same in-place order as case I under ``aggregation: in_place``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from fedbench.algorithms.base import ALGORITHMS, Federation
 from fedbench.clustering.fcr import fcr, pca_signatures, relatedness
 from fedbench.encoders import embed_clients, load_encoder
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
+
+CLUSTER_AVERAGES = ("all", "sampled")
+AGGREGATIONS = ("simultaneous", "in_place")
 
 
 def neighbour_average(stacked: Weights, adjacency: np.ndarray, samples: torch.Tensor, in_place: bool) -> Weights:
@@ -70,6 +77,13 @@ class FLT:
     umap_neighbors: int
     umap_min_dist: float
     pca_components: int
+    cluster_average: str = "all"
+
+    def __post_init__(self):
+        if self.cluster_average not in CLUSTER_AVERAGES:
+            raise ValueError(f"cluster_average must be one of {CLUSTER_AVERAGES}, got {self.cluster_average!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
 
     def relatedness(self, fed: Federation) -> dict:
         """FCR (Algorithm 2): adjacency Ã, optional clusters C, and what the figures need."""
@@ -106,13 +120,16 @@ class FLT:
         models = put_rows(state["clients"], chosen, trained)
         if self.cluster_count is None:  # case I
             models = neighbour_average(models, state["adjacency"], fed.data.train.counts, self.aggregation == "in_place")
+        elif self.cluster_average == "all":  # case II, Algorithm 3 lines 20-22
+            same = np.asarray(state["clusters"])[:, None] == np.asarray(state["clusters"])[None, :]
+            models = neighbour_average(models, same.astype(float), fed.data.train.counts, self.aggregation == "in_place")
         else:
             models = self._cluster_average(fed, models, chosen, state["clusters"])
         return {**state, "clients": models}, loss
 
     @staticmethod
     def _cluster_average(fed: Federation, models: Weights, chosen: torch.Tensor, clusters: np.ndarray) -> Weights:
-        """Case II: FedAvg per cluster over its sampled members, sent to every member."""
+        """Case II, ``cluster_average: sampled``: FedAvg per cluster over its sampled members, sent to every member."""
         labels = torch.as_tensor(clusters, device=fed.device)
         for c in torch.unique(labels[chosen]).tolist():
             members = torch.nonzero(labels == c).flatten()
@@ -126,6 +143,14 @@ class FLT:
 
     def global_model(self, fed: Federation, state: dict) -> None:
         return None
+
+    def adjacency(self, fed: Federation, state: dict) -> np.ndarray:
+        """The graph the server averages over: Ã (case I) or HC's same-cluster blocks (case II);
+        the pipeline logs its density and its share of cross-group links."""
+        if self.cluster_count is None or state.get("clusters") is None:
+            return state["adjacency"]
+        c = np.asarray(state["clusters"])
+        return (c[:, None] == c[None, :]).astype(int)
 
     def clusters(self, fed: Federation, state: dict) -> np.ndarray:
         """HC's clusters: the ones case II trains on; in case I reported only (C chosen by HC)."""
@@ -151,11 +176,13 @@ def flt(
     aggregation: str = "simultaneous",
     umap_neighbors: int = 15,
     umap_min_dist: float = 0.1,
+    cluster_average: str = "all",
 ) -> FLT:
-    """FLT (Algorithms 2-3).  Paper defaults: k = 5, ``distance: min`` (min over centre pairs).
-    The authors' code: k = labels per cluster, ``distance: matching``, γ = 1, ``aggregation: in_place``."""
+    """FLT (Algorithms 2-3).  Paper defaults: k = 5, ``distance: min`` (min over centre pairs),
+    case II averaging ``cluster_average: all`` members.  The authors' code: k = labels per
+    cluster, ``distance: matching``, γ = 1, ``aggregation: in_place``, all members."""
     return FLT("encoder", encoder, finetune_epochs, k, gamma, distance, clusters, aggregation,
-               umap_neighbors, umap_min_dist, 0)
+               umap_neighbors, umap_min_dist, 0, cluster_average)
 
 
 @ALGORITHMS.register("pca_km_hc", bounds={
@@ -170,7 +197,8 @@ def pca_km_hc(
     distance: str = "matching",
     clusters: int | str | None = 3,
     aggregation: str = "simultaneous",
+    cluster_average: str = "all",
 ) -> FLT:
     """PCA+kM+HC (FLT's baseline, after Ghosh et al.'s one-shot clustering): per-client PCA and
     k-means signatures, threshold 1.2 as the authors' code, HC into ``clusters`` (paper: C = 3)."""
-    return FLT("pca", None, 0, k, gamma, distance, clusters, aggregation, 15, 0.1, pca_components)
+    return FLT("pca", None, 0, k, gamma, distance, clusters, aggregation, 15, 0.1, pca_components, cluster_average)

@@ -16,9 +16,18 @@ clients S (``participation``) and moves the global model by beta (Eq. 9-10):
   w^{t+1} = (1 - beta) w^t + beta sum_{i in S} n_i / n_S w_i.
 
 As the authors' code (``userpFedMe.py``, ``serverpFedMe.py``) every client trains every round;
-sampling only decides whose w_i are averaged.  The personalised model (PM) of client i is
-theta_i after its last local round; the global model (GM) is w.  The code's mu theta term
-(mu = 0.001, the "l2-regularised" MLR) is ``weight_decay`` in the training settings.
+sampling only decides whose w_i are averaged.  The global model (GM) is w.  The personalised
+model (PM) of client i is, with ``personal_model``:
+
+* ``"theta"`` (default, paper Sec. 3: the personalised model is theta_i): theta_i after the last
+  local round;
+* ``"local"`` (the released code): the local model w_{i,R}.  ``pFedMeOptimizer.step`` returns the
+  model's own Parameters, which ``update_parameters(local_model)`` then overwrites with w_loc, so
+  ``test_persionalized_model`` scores w_{i,R} (original_code_notes.md §3.1).
+
+The code's l2 term (mu = 0.001, the "l2-regularised" MLR) enters the personal (theta) step
+only, theta <- theta - personal_lr (grad f + lam (theta - w_i) + mu theta); it is ``mu`` here,
+not the training settings' ``weight_decay`` (which every method's minibatch oracle would add).
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ import torch
 from fedbench.algorithms.base import ALGORITHMS, Federation
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows
 
+PERSONAL_MODELS = ("theta", "local")
+
 
 @dataclass(frozen=True)
 class PFedMe:
@@ -38,6 +49,8 @@ class PFedMe:
     inner_steps: int = 5
     local_steps: int = 20
     beta: float = 1.0
+    mu: float = 0.0
+    personal_model: str = "theta"
 
     # training settings pFedMe never reads (setting them is a config error)
     ignored_training = {
@@ -63,16 +76,19 @@ class PFedMe:
             for r in range(self.local_steps):
                 for _ in range(self.inner_steps):
                     grads, loss = oracle(theta, batches[r], everyone)
-                    # theta <- (1 - lr lam) theta + lr lam w - lr grad   (Eq. 7 by K gradient steps)
+                    g = [grads[n] for n in theta]
+                    if self.mu:
+                        torch._foreach_add_(g, th, alpha=self.mu)  # the code's mu theta (before theta moves)
+                    # theta <- (1 - lr lam) theta + lr lam w - lr (grad + mu theta)   (Eq. 7 by K gradient steps)
                     torch._foreach_lerp_(th, wl, pull)
-                    torch._foreach_add_(th, [grads[n] for n in theta], alpha=-self.personal_lr)
+                    torch._foreach_add_(th, g, alpha=-self.personal_lr)
                     loss_sum += loss
                 torch._foreach_lerp_(wl, th, eta)  # w <- w - eta lam (w - theta)   (Eq. 8)
             chosen = fed.sample_clients()
             average = fed.average(rows(w, chosen), chosen)
             new_global = {n: torch.lerp(x[n], average[n], self.beta) for n in names}  # Eq. 10
         steps = max(self.local_steps * self.inner_steps, 1)
-        personal = {**state["personal"], **theta}
+        personal = {**state["personal"], **(theta if self.personal_model == "theta" else w)}
         return {"global": {**x, **new_global}, "personal": personal}, loss_sum / steps
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
@@ -84,11 +100,23 @@ class PFedMe:
 
 @ALGORITHMS.register("pfedme", bounds={"lam": "> 0", "personal_lr": "> 0", "inner_steps": ">= 1", "local_steps": ">= 1", "beta": "> 0"})
 def pfedme(
-    *, lam: float = 15.0, personal_lr: float = 0.09, inner_steps: int = 5, local_steps: int = 20, beta: float = 1.0
+    *,
+    lam: float = 15.0,
+    personal_lr: float = 0.09,
+    inner_steps: int = 5,
+    local_steps: int = 20,
+    beta: float = 1.0,
+    mu: float = 0.0,
+    personal_model: str = "theta",
 ) -> PFedMe:
     """pFedMe (Dinh et al. 2020): ``inner_steps`` K personal steps at ``personal_lr`` per local
     round, ``local_steps`` R local rounds, Moreau coupling ``lam``, server mixing ``beta``
-    (defaults: the pFedMe repository's main.py)."""
+    (defaults: the pFedMe repository's main.py); ``mu`` the l2 term of the personal step only
+    (the code's 0.001); ``personal_model`` "theta" (paper) or "local" (w_{i,R}, the code)."""
     if inner_steps < 1 or local_steps < 1:
         raise ValueError("inner_steps and local_steps must be >= 1")
-    return PFedMe(lam, personal_lr, inner_steps, local_steps, beta)
+    if personal_model not in PERSONAL_MODELS:
+        raise ValueError(f"personal_model must be one of {PERSONAL_MODELS}, got {personal_model!r}")
+    if mu < 0:
+        raise ValueError(f"mu must be >= 0, got {mu}")
+    return PFedMe(lam, personal_lr, inner_steps, local_steps, beta, mu, personal_model)

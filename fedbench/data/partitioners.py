@@ -25,6 +25,41 @@ def partition_iid(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Genera
     return ClientSamples([np.sort(part) for part in np.array_split(shuffled, num_clients)])
 
 
+REMAINDERS = ("floor", "largest")
+INFEASIBLE_BELOW = 1e-3  # reject when tries x P(one try meets min_size) is estimated below this
+
+
+def dirichlet_success_estimate(class_sizes: np.ndarray, num_clients: int, alpha: float, min_size: int) -> float:
+    """Estimated probability that one Dirichlet draw gives every client >= ``min_size`` samples.
+
+    A client certainly falls short if every class k gives it fewer than min_size / K samples;
+    with p_ik ~ Beta(alpha, (M - 1) alpha) (the marginal of Dir(alpha 1_M), classes independent,
+    the cap on full clients ignored) that has probability f = prod_k F_Beta(min_size / (K n_k)),
+    and all M clients succeed with probability about (1 - f)^M."""
+    from scipy.stats import beta
+
+    if min_size <= 0:
+        return 1.0
+    k = len(class_sizes)
+    fail = float(np.prod(beta.cdf(min_size / (k * np.asarray(class_sizes, dtype=float)), alpha, (num_clients - 1) * alpha)))
+    return float(np.exp(num_clients * np.log1p(-min(fail, 1.0 - 1e-300))))
+
+
+def _class_counts(p: np.ndarray, n: int, remainder: str) -> np.ndarray:
+    """Samples of one class per client for shares ``p`` (sum 1): ``floor`` cuts at the floored
+    cumulative proportions (the authors' routine: the last client receives the class's whole
+    rounding remainder, up to M - 1 samples); ``largest`` floors every share and gives the
+    remaining samples one each to the largest fractional parts (Hamilton's method)."""
+    if remainder == "floor":
+        cuts = (np.cumsum(p) * n).astype(int)[:-1]
+        return np.diff(np.concatenate([[0], cuts, [n]]))
+    exact = p * n
+    counts = np.floor(exact).astype(int)
+    left = n - counts.sum()
+    counts[np.argsort(-(exact - counts), kind="stable")[:left]] += 1
+    return counts
+
+
 @PARTITIONERS.register("dirichlet", bounds={"num_clients": ">= 1", "alpha": "> 0", "min_size": ">= 0", "max_tries": ">= 1"})
 def partition_dirichlet(
     dataset: ArrayDataset,
@@ -35,28 +70,54 @@ def partition_dirichlet(
     alpha: float,
     min_size: int = 10,
     max_tries: int = 1000,
+    remainder: str = "floor",
 ) -> ClientSamples:
     """Label-skew Dirichlet split (Hsu et al. 2019; the NIID-Bench/PFLlib routine FeMAM's code uses).
 
     For every class k: shuffle its samples, draw p ~ Dir(alpha * 1_K), zero the share of
-    clients already holding >= N/K samples, renormalise, and cut at the cumulative
-    proportions.  Repeat until every client holds at least ``min_size`` samples.
+    clients already holding >= N/K samples, renormalise, and cut (``remainder``: ``floor``,
+    default, the authors' routine, or ``largest``, an unbiased largest-remainder rounding).
+    Repeat until every client holds at least ``min_size`` samples.  Shares that vanish
+    (all-zero draws at tiny alpha, or all mass on full clients) become one-hot at a uniformly
+    drawn eligible client, the alpha -> 0 limit of the Dirichlet, so no NaN passes.  A request
+    that cannot be met (too few samples, or an estimated success probability over ``max_tries``
+    below 1e-3, :func:`dirichlet_success_estimate`) fails at once, naming the constraint.
     """
+    if remainder not in REMAINDERS:
+        raise ValueError(f"dirichlet: remainder must be one of {REMAINDERS}, got {remainder!r}")
+    if alpha <= 0 or num_clients < 1:
+        raise ValueError(f"dirichlet: needs alpha > 0 and num_clients >= 1, got alpha={alpha}, num_clients={num_clients}")
     labels = dataset.y[pool]
     n = len(pool)
+    classes, class_sizes = np.unique(labels, return_counts=True)
+    if num_clients * min_size > n:
+        raise ValueError(f"dirichlet: {num_clients} clients x min_size {min_size} = {num_clients * min_size} "
+                         f"samples needed, the pool holds {n}; lower min_size or num_clients")
+    success = dirichlet_success_estimate(class_sizes, num_clients, alpha, min_size)
+    if success * max_tries < INFEASIBLE_BELOW:
+        raise ValueError(
+            f"dirichlet(alpha={alpha}): min_size {min_size} for all {num_clients} clients is out of reach: "
+            f"one draw meets it with probability about {success:.1e} ({max_tries} tries allowed); "
+            "raise alpha or lower min_size or num_clients"
+        )
     for _ in range(max_tries):
-        parts: list[list[int]] = [[] for _ in range(num_clients)]
-        for k in np.unique(labels):
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        sizes = np.zeros(num_clients, dtype=int)
+        for k in classes:
             members = rng.permutation(pool[labels == k])
             p = rng.dirichlet(np.full(num_clients, alpha))
-            sizes = np.array([len(part) for part in parts])
-            p = np.where(sizes < n / num_clients, p, 0.0)
+            eligible = sizes < n / num_clients
+            p = np.where(eligible, p, 0.0)
+            if not np.isfinite(p).all() or p.sum() <= 0:
+                p = np.zeros(num_clients)
+                p[rng.choice(np.flatnonzero(eligible) if eligible.any() else np.arange(num_clients))] = 1.0
             p = p / p.sum()
-            cuts = (np.cumsum(p) * len(members)).astype(int)[:-1]
-            for part, chunk in zip(parts, np.split(members, cuts)):
-                part.extend(chunk.tolist())
-        if min(len(part) for part in parts) >= min_size:
-            return ClientSamples([np.sort(np.array(part, dtype=np.int64)) for part in parts])
+            counts = _class_counts(p, len(members), remainder)
+            for i, chunk in enumerate(np.split(members, np.cumsum(counts)[:-1])):
+                parts[i].append(chunk)
+            sizes += counts
+        if sizes.min() >= min_size:
+            return ClientSamples([np.sort(np.concatenate(part).astype(np.int64)) for part in parts])
     raise ValueError(
         f"dirichlet(alpha={alpha}) found no split giving all {num_clients} clients >= {min_size} "
         f"samples in {max_tries} tries; lower min_size or num_clients"

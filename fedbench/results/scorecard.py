@@ -71,6 +71,8 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                         if link.rounds is not None and trained < link.rounds:
                             note = f"runs end at round {trained} < T = {link.rounds}: not comparable"
                             continue
+                        if "cfl_splits" in history and history["cfl_splits"].max() == 0:
+                            note = "CFL never split (= FedAvg)"
                         final = PROTOCOLS[run["protocol"]].final(history, link.scored, link.rounds)
                         out[int(run["seed"])] = 100 * final["accuracy"] if final["accuracy"] is not None else float("nan")
                     return out, note
@@ -105,8 +107,10 @@ def to_markdown(card: pd.DataFrame) -> str:
         "",
     ]
     for (paper, table, dataset, model), group in card.groupby(["paper", "table", "dataset", "model"], sort=False):
+        # two runs linked to one published row (two readings of a method): name the run in the cell
+        shared = group.duplicated(["method", "setting"], keep=False)
         view = pd.DataFrame({
-            "method": group["method"],
+            "method": [f"{m} [{a}]" if s else m for m, a, s in zip(group["method"], group["algorithm"], shared)],
             "setting": group["setting"],
             "published": [format_mean_std(v, s if pd.notna(s) else 0.0) for v, s in zip(group["published"], group["published_std"])],
             "reproduced": [format_mean_std(v, s) if n else "" for v, s, n in zip(group["reproduced"], group["reproduced_std"], group["seeds"])],

@@ -23,7 +23,8 @@ def trainer_for(fed: Federation, module: nn.Module):
     """A trainer of ``fed``'s kind for ``module`` (the hand-written Linear/ReLU step is switched
     off: it would take a frozen Linear for a trainable one)."""
     if isinstance(fed.trainer, VectorisedTrainer):
-        return VectorisedTrainer(module, fed.data, chunk_size=fed.trainer.chunk_size, fused_mlp=False)
+        trainer = fed.trainer
+        return VectorisedTrainer(module, fed.data, chunk_size=trainer.chunk_size, fused_mlp=False, memory_mb=trainer.memory_mb)
     return type(fed.trainer)(module, fed.data)
 
 

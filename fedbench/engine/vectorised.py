@@ -83,6 +83,7 @@ class VectorisedTrainer:
         self.param_names = [n for n, _ in model.named_parameters()]
         self.chunk_size = chunk_size
         self.cuda_graphs = cuda_graphs and data.x.device.type == "cuda"
+        self.memory_mb = memory_mb
         self.budget = budget_bytes(data.x.device, memory_mb)
         self.exact_batches = has_batchnorm(self.model)  # short batches as sub-steps of their own
         layers = linear_stack(self.model, data.x.dim() - 1) if fused_mlp else None

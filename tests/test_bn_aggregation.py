@@ -17,7 +17,7 @@ from torch import nn
 from fedbench.algorithms import ALGORITHMS
 from fedbench.config import ConfigError, check_config
 from fedbench.engine.local_sgd import LocalSGD
-from tests.conftest import make_data, make_federation
+from conftest import make_data, make_federation
 
 TINY_CONFIG = Path(__file__).parent / "data" / "tiny_config.yaml"
 

@@ -20,7 +20,7 @@ from fedbench.engine.weights import model_weights
 from fedbench.models.additive import AdditiveLevels, additive_weights
 from fedbench.pipeline import structure_scores
 from fedbench.protocols import PROTOCOLS
-from tests.conftest import make_data, make_federation
+from conftest import make_data, make_federation
 
 SIZES = [30, 20, 25, 15, 30, 20]
 

@@ -53,6 +53,7 @@ def test_cells_of_the_grid():
         "femam_no1", "femam_no5", "femam_no34", "femam_no234"}
 
 
+@pytest.mark.slow  # snakemake -n over a whole paper grid (20-30 s each)
 def test_femam_paper_grid_plans_cleanly(tmp_path):
     from test_workflow import planned_jobs, snakemake
 

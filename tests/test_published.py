@@ -34,6 +34,7 @@ def test_every_flt_link_resolves_to_one_published_accuracy():
     assert (card["paper"] == "flt").all()
 
 
+@pytest.mark.slow  # snakemake -n over a whole paper grid (20-30 s each)
 def test_flt_paper_grid_plans_cleanly(tmp_path):
     from test_workflow import planned_jobs, snakemake
 
@@ -43,6 +44,7 @@ def test_flt_paper_grid_plans_cleanly(tmp_path):
     assert jobs["pretrain_encoder"] == 4 and jobs["train_cell"] == 2 * 150 + 16 * 3 * 3 and jobs["results_table"] == 1
 
 
+@pytest.mark.slow  # snakemake -n over a whole paper grid (20-30 s each)
 def test_pfedmt_paper_grid_plans_cleanly(tmp_path):
     """Table 1: 4 experiments x 6 algorithms (Per-FedAvg twice: the code's and the paper's
     personalisation; pFedMe twice: theta and w_{i,R}) x 5 seeds; only_experiments keeps the
@@ -71,6 +73,7 @@ def test_every_fedmr_table1_number_is_linked_once():
     assert set(map(tuple, card[keys].values)) == set(map(tuple, table[keys].values))
 
 
+@pytest.mark.slow  # snakemake -n over a whole paper grid (20-30 s each)
 def test_fedmr_paper_grid_plans_cleanly(tmp_path):
     """216 cells x 3 seeds; 9 (dataset, partition) pairs x 3 seeds partitions; one scorecard."""
     from test_workflow import planned_jobs, snakemake, write_config

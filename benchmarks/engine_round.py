@@ -172,7 +172,9 @@ def main() -> None:
             out.append({k: v.detach().clone() for k, v in loader_model.state_dict().items()})
         return out
 
-    stacked = broadcast(global_weights, C)
+    # every client's own model (one vectorised round from the global one): per-client evaluation,
+    # not the shared-model shortcut evaluate_clients takes when all rows are equal
+    stacked = engine_round(vectorised)
     test_sets = [(x_cpu[i].to(device), y_cpu[i].to(device)) for i in test_idx]
 
     def loop_evaluation():

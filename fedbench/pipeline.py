@@ -40,7 +40,7 @@ def build_partition(config: dict, dataset: str, partition: str, seed: int, npz_p
     data = load_dataset(config["datasets"][dataset], config.get("data_root", "data"))
     spec = config["partitions"][partition]
     parts = partition_dataset(data, spec, seed)
-    meta = {"dataset": dataset, "partition": partition, "seed": seed, "spec": spec,
+    meta = {"dataset": dataset, "partition": partition, "seed": seed, "spec": spec, "input_shape": list(data.input_shape),
             "provenance": provenance(partition_roots(config["datasets"][dataset], spec))}
     save_partition(parts, data.y, data.num_classes, npz_path, json_path, meta)
     log.info("partition %s/%s seed %d: %d clients", dataset, partition, seed, parts.num_clients)

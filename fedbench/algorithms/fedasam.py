@@ -12,7 +12,7 @@ from fedbench.algorithms.base import ALGORITHMS, Federation
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
 from fedbench.engine.sam_step import asam_step
-from fedbench.engine.weights import Weights, broadcast
+from fedbench.engine.weights import Weights, broadcast, shared
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class FedASAM:
         return {**state, "global": fed.average(trained, chosen)}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
-        return broadcast(state["global"], fed.num_clients)
+        return shared(state["global"], fed.num_clients)
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return state["global"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
-from fedbench.engine.weights import Weights, broadcast
+from fedbench.engine.weights import Weights, broadcast, shared
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class FedAvg:
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
         everyone = torch.arange(fed.num_clients, device=fed.device)
-        models = fed.with_local_state(broadcast(state["global"], fed.num_clients), everyone, state["local"])
+        models = fed.with_local_state(shared(state["global"], fed.num_clients), everyone, state["local"])
         return fed.finetune(models, self.finetune_epochs, round_)
 
     def global_model(self, fed: Federation, state: dict) -> Weights:

@@ -20,7 +20,7 @@ from typing import Literal
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
-from fedbench.engine.weights import Weights, broadcast, parameter_names, weighted_average
+from fedbench.engine.weights import Weights, broadcast, shared, parameter_names, weighted_average
 
 
 def fedexp_step_size(deltas: Weights, weights: torch.Tensor, names: list[str], epsilon: float) -> tuple[float, Weights]:
@@ -59,7 +59,7 @@ class FedExP:
         return {k: (g[k] + p[k]) / 2 if g[k].is_floating_point() else g[k] for k in g}
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
-        return broadcast(self._scored(state), fed.num_clients)
+        return shared(self._scored(state), fed.num_clients)
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return self._scored(state)

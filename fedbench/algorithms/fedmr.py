@@ -28,7 +28,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
 from fedbench.algorithms.recombination import recombination_units, recombine, segment_of_units
-from fedbench.engine.weights import Weights, broadcast, weighted_average
+from fedbench.engine.weights import Weights, broadcast, shared, weighted_average
 
 
 def uniform_average(stacked: Weights) -> Weights:
@@ -81,7 +81,7 @@ class FedMR:
         return {**state, "models": models, "global": global_}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
-        return broadcast(state["global"], fed.num_clients)
+        return shared(state["global"], fed.num_clients)
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return state["global"]

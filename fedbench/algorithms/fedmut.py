@@ -24,7 +24,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
 from fedbench.algorithms.fedmr import uniform_average
-from fedbench.engine.weights import Weights, broadcast
+from fedbench.engine.weights import Weights, broadcast, shared
 
 #: the two repositories' defaults (notes §2.1): radius alpha, acceleration rate, bound
 PRESETS = {"fedmr": (5.0, 0.3, 100), "fedmut": (4.0, 0.3, 50)}
@@ -80,7 +80,7 @@ class FedMut:
         return {"models": models, "global": global_}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
-        return broadcast(state["global"], fed.num_clients)
+        return shared(state["global"], fed.num_clients)
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return state["global"]

@@ -49,7 +49,7 @@ from fedbench.algorithms.clustered import (
     fresh_weights,
     stack,
 )
-from fedbench.engine.weights import Weights, broadcast, put_rows, rows
+from fedbench.engine.weights import Weights, broadcast, shared, put_rows, rows
 
 
 def distances(a: torch.Tensor, b: torch.Tensor, kind: str) -> torch.Tensor:
@@ -127,7 +127,7 @@ class FeSEM:
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
         if state["centres"] is None:
-            models = broadcast(state["initial"], fed.num_clients)
+            models = shared(state["initial"], fed.num_clients)
         else:
             models = rows(state["centres"], self._effective(fed, state).to(fed.device))
         return fed.finetune(models, self.finetune_epochs, round_)

@@ -43,6 +43,7 @@ from fedbench.engine.weights import (
     Weights,
     broadcast,
     rows,
+    shared,
 )
 
 
@@ -115,7 +116,7 @@ class IFCA:
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
         if state["centres"] is None:
-            return broadcast(state["global"], fed.num_clients)
+            return shared(state["global"], fed.num_clients)
         return rows(state["centres"], self._effective(fed, state).to(fed.device))
 
     def global_model(self, fed: Federation, state: dict) -> Weights | None:

@@ -13,7 +13,7 @@ from torch.func import functional_call, vmap
 
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.memory import budget_bytes, clients_per_pass, evaluation_bytes_per_row
-from fedbench.engine.weights import Weights
+from fedbench.engine.weights import Weights, is_shared
 from fedbench.engine.wide_model import wide_forward, wide_input, wide_twin, wide_weights
 
 
@@ -134,7 +134,7 @@ def evaluate_clients(
     budget = budget_bytes(data.x.device, memory_mb)
     row_bytes = evaluation_bytes_per_row(model, data.input_shape)
     weight_bytes = sum(v[0].numel() * v.element_size() for v in stacked.values()) if n else 0
-    if n > 1 and all(torch.equal(v, v[:1].expand_as(v)) for v in stacked.values()):
+    if n > 1 and (is_shared(stacked) or all(torch.equal(v, v[:1].expand_as(v)) for v in stacked.values())):
         clients_per_pass(weight_bytes + row_bytes, budget, 1, "evaluation")  # one model and one row fit
         block = max(1, (budget - weight_bytes) // row_bytes)
         return _evaluate_shared_model(model, {k: v[0] for k, v in stacked.items()}, data, index, clients, block)

@@ -2,11 +2,13 @@
 # Functions and constants only; the rules live in the other files.
 
 import glob
+import json
 import os
 import re
 
 from fedbench.config import expand_cells, expand_partitions
 from fedbench.engine.memory import DEFAULT_CPU_BUDGET_MB
+from fedbench.job_memory import PROCESS_MB, train_job_mb
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)
@@ -116,18 +118,19 @@ def cell_settings(wildcards):
     }
 
 
-# Host memory of a training job besides the engine's working budget: the Python process with torch
-# (about 0.7 GB resident), the dataset as one tensor, every client's model state and history.
-TRAIN_BASE_MB = 2000
-
-
-def train_mem_mb(wildcards):
-    """The ``mem_mb`` a training job declares: TRAIN_BASE_MB plus the engine's working-memory
-    budget (``training.memory_mb``; on the CPU its default), which chunked training and
-    evaluation never exceed (fedbench.engine.memory).  On CUDA that budget is device memory."""
+def train_mem_mb(wildcards, input):
+    """The ``mem_mb`` a training job declares (fedbench.job_memory): the process, the engine's
+    working-memory budget (``training.memory_mb``; on the CPU its default), which chunked training
+    and evaluation never exceed, and every client's model state; the partition's summary (ready
+    before the job runs) gives the number of clients and the input shape."""
     training = config["experiments"][wildcards.experiment].get("training", {})
     budget = training.get("memory_mb") or DEFAULT_CPU_BUDGET_MB
-    return int(TRAIN_BASE_MB + budget)
+    with open(os.path.splitext(input.partition)[0] + ".json") as f:
+        summary = json.load(f)
+    if "input_shape" not in summary:  # a partition written before summaries carried the shape
+        return int(PROCESS_MB + budget)
+    model = config["models"][wildcards.model]
+    return train_job_mb(model, summary["input_shape"], summary["num_classes"], summary["num_clients"], budget)
 
 
 def encoder_settings(wildcards):

@@ -58,15 +58,23 @@ def graph_sweep(centres_2d: np.ndarray, truth, gammas=GAMMAS, num_clusters: int 
     return pd.DataFrame(rows, columns=["distance", "gamma", "ari", "adj_density", "adj_cross_group"])
 
 
+def flt_entry(entry: dict) -> dict:
+    """An ``flt`` algorithm entry with the builder's defaults filled in (γ, distance, aggregation, …)."""
+    from fedbench.algorithms import ALGORITHMS
+
+    return ALGORITHMS.with_defaults("flt", {k: v for k, v in entry.items() if k != "method"})
+
+
 def signature_of(entry: dict) -> str:
     """A label for the entries sharing signatures: the encoder, with J where it is fine-tuned."""
-    j = entry.get("finetune_epochs", 0)
+    j = flt_entry(entry)["finetune_epochs"]
     return f"{entry['encoder']}" + (f" (J={j})" if j else "")
 
 
 def reading_of(entry: dict) -> str:
     """An FLT entry's reading: its distance and aggregation (paper: min, simultaneous; code: matching, in place)."""
-    return f"{entry.get('distance', 'min')}, {entry.get('aggregation', 'simultaneous').replace('_', ' ')}"
+    entry = flt_entry(entry)
+    return f"{entry['distance']}, {entry['aggregation'].replace('_', ' ')}"
 
 
 def sweep_runs(runs: list[dict], gammas=GAMMAS) -> pd.DataFrame:
@@ -75,14 +83,14 @@ def sweep_runs(runs: list[dict], gammas=GAMMAS) -> pd.DataFrame:
     (:data:`SIGNATURE_KEYS`) and seed share their ``centres_2d``: each such group is swept once
     (all γ of the grid and of the entries), labelled ``signature``."""
     seen, frames = set(), []
-    grid = np.unique(np.r_[np.asarray(gammas, float), [float(r["entry"].get("gamma", 1.0)) for r in runs]])
+    grid = np.unique(np.r_[np.asarray(gammas, float), [float(flt_entry(r["entry"])["gamma"]) for r in runs]])
     for run in runs:
-        entry = run["entry"]
-        key = (tuple(entry.get(k) for k in SIGNATURE_KEYS), entry.get("clusters"), run["seed"])
+        entry = flt_entry(run["entry"])
+        key = (tuple(entry[k] for k in SIGNATURE_KEYS), entry["clusters"], run["seed"])
         if key in seen:
             continue
         seen.add(key)
-        clusters = entry.get("clusters")
+        clusters = entry["clusters"]
         frame = graph_sweep(run["centres_2d"], run["truth"], grid, None if clusters in (None, "auto") else int(clusters))
         frames.append(frame.assign(signature=signature_of(entry), seed=run["seed"]))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -93,7 +101,7 @@ def accuracy_points(runs: list[dict]) -> pd.DataFrame:
     ``accuracy`` (runs carry ``entry``, ``seed`` and ``accuracy``)."""
     return pd.DataFrame(
         [{"signature": signature_of(r["entry"]), "reading": reading_of(r["entry"]),
-          "gamma": float(r["entry"].get("gamma", 1.0)), "seed": r["seed"], "accuracy": r["accuracy"]} for r in runs],
+          "gamma": float(flt_entry(r["entry"])["gamma"]), "seed": r["seed"], "accuracy": r["accuracy"]} for r in runs],
         columns=["signature", "reading", "gamma", "seed", "accuracy"],
     )
 

@@ -33,6 +33,7 @@ from fedbench.encoders import pretrain_encoder
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights
+from fedbench.results.gamma_sweep import graph_sweep
 
 CLIENTS, PER_CLIENT = 12, 20
 TRUTH = np.arange(CLIENTS) % 3
@@ -81,6 +82,9 @@ def test_flt_relatedness_recovers_planted_clusters_end_to_end(encoder_dir, dista
     assert state["centres_2d"].shape == (CLIENTS, 2, 2)
     np.testing.assert_array_equal(state["adjacency"], (TRUTH[:, None] == TRUTH[None, :]).astype(int))
     assert adjusted_rand_score(TRUTH, state["clusters"]) == 1.0
+    # the gamma sweep (report figure) at the run's own gamma reproduces what the run found
+    swept = graph_sweep(state["centres_2d"], TRUTH, [1.0], num_clusters=3).set_index("distance").loc[distance]
+    assert (swept["ari"], swept["adj_density"], swept["adj_cross_group"]) == (1.0, 3 * 3 * 4 / (12 * 11), 0.0)
     auto = ALGORITHMS["flt"](encoder="enc", k=2, distance=distance, clusters="auto", umap_neighbors=4).init(fed, model_weights(fed.model))
     assert adjusted_rand_score(TRUTH, auto["clusters"]) == 1.0  # HC's own choice of C finds the 3 clusters
 

@@ -59,6 +59,7 @@ include: "workflow/rules/partitions.smk"
 include: "workflow/rules/encoders.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/gamma_sweep.smk"
 
 
 rule partitions:
@@ -92,6 +93,7 @@ rule tables:
         umap=clustering_figures("umap"),
         assignments=clustering_figures("assignments"),
         femam=femam_figures(),
+        gamma=gamma_sweep_figures(),
 
 
 rule all:

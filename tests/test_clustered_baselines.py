@@ -191,3 +191,27 @@ def test_assignment_figure_is_written(tmp_path):
     frame = pd.DataFrame({"round": [1, 1, 2, 3], "client": [0, 2, 1, 0], "cluster": [0, 1, 1, 0]})
     plot_assignments(frame, [0, 1, 1], tmp_path / "a.png")
     assert (tmp_path / "a.png").stat().st_size > 0
+
+
+def test_cfl_mean_update_norm_sample_weighted_or_uniform_by_hand():
+    """Linear(1 -> 2) without bias at W = 0, every x = 1, one full-batch step of lr 1: softmax is
+    (1/2, 1/2), so client i's update is (f_i - 1/2)(1, -1) with f_i its share of class 0.
+    Clients: 4 samples all class 0 (+1/2), 12 all class 1 (-1/2), 8 half and half (0).
+    samples (paper): ||(4 (1/2) - 12 (1/2) + 0) / 24 (1, -1)|| = sqrt(2) / 6;
+    uniform (notebook): ||(1/2 - 1/2 + 0) / 3 (1, -1)|| = 0; max client norm sqrt(2) / 2."""
+    labels = [np.zeros(4), np.ones(12), np.r_[np.zeros(4), np.ones(4)]]
+    y = torch.from_numpy(np.concatenate(labels + [np.zeros(3)]).astype(np.int64))  # + 3 test rows
+    sizes = [len(l) for l in labels]
+    train = [np.arange(a, a + n) for a, n in zip(np.cumsum([0] + sizes[:-1]), sizes)]
+    test = ClientIndex.from_lists([np.array([24]), np.array([25]), np.array([26])], "cpu")
+    data = FederatedData(torch.ones(27, 1), y, ClientIndex.from_lists(train, "cpu"), test, 2)
+    for weighting, want in [("samples", np.sqrt(2) / 6), ("uniform", 0.0)]:
+        model = nn.Linear(1, 2, bias=False)
+        nn.init.zeros_(model.weight)
+        fed = make_federation(data, model, LocalSGD(1, 64, 1.0))
+        algorithm = cfl(mean_norm_weighting=weighting)
+        state, _ = algorithm.round(fed, algorithm.init(fed, model_weights(model)), 1)
+        norms = algorithm.artifacts(fed, state)["cfl_norms"]
+        assert norms["clients"].tolist() == [3]
+        np.testing.assert_allclose(norms["mean_norm"].iloc[0], want, atol=1e-7)
+        np.testing.assert_allclose(norms["max_norm"].iloc[0], np.sqrt(2) / 2, atol=1e-7)

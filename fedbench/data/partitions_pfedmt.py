@@ -1,4 +1,5 @@
-"""pFedMT's MNIST data: pFedMe's "2 labels per user" generator (code notes §3.1, §3.3).
+"""pFedMT's MNIST data: pFedMe's "2 labels per user" generator (code notes §3.1, §3.3) and
+PerMFL_1's ``read_Mnist_data`` (§3.2), the reader behind pFedMT Table 1's MNIST columns.
 
 pFedMT (paper §4: "MNIST in a non-iid manner into two teams, each containing 10 devices",
 train:test 3:1) adopts pFedMe's data; ``data/Mnist/generate_niid_20users.py`` of
@@ -12,9 +13,11 @@ The per-pixel z-scoring of the generator belongs to the data source, not to the 
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
-from fedbench.data.partition import PARTITIONERS, ClientSamples
+from fedbench.data.partition import PARTITIONERS, ClientSamples, Partition
 from fedbench.data.sources import ArrayDataset
 
 
@@ -119,3 +122,101 @@ def partition_pfedme_mnist_labels(
         clients,
         groups={"label_set": [u % dataset.num_classes for u in range(num_users)]},
     )
+
+
+# ----------------------------------------------------------------------------- PerMFL's reader
+
+PERMFL_CODE_SEEDS = (5, 9)  # read_Mnist_data: random.seed(5), np.random.seed(9)
+
+
+def permfl_slot_sizes(
+    class_sizes: list[int], num_users: int, num_labels: int, py_rng: random.Random, np_rng: np.random.RandomState
+) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """PerMFL_1's ``read_Mnist_data`` sizes (notes §3.2).  Returns the (user, label) slots in the
+    code's order, the 10 first samples of each and its extra samples.
+
+    Every slot first takes 10 samples of its class (all slots, in order); then P ~ lognormal(0, 2)
+    of shape [C, U, L] is scaled per class to sum to N_l − U, and slot (u, j) of label l draws
+    ``extra = int(P[l, u // (U // C), j]) + randint(300, 600)``, doubled when U <= 20, and takes
+    it only when ``used_l + extra < N_l`` (strict, as the code), else it keeps its 10 samples.
+    ``U // C`` is the code's ``int(NUM_USERS / 10)``: only the first rows of P are ever read."""
+    num_classes = len(class_sizes)
+    slots = _slots(num_users, num_labels, num_classes)
+    used = [0] * num_classes
+    for _, l in slots:
+        used[l] += 10
+    props = np_rng.lognormal(0, 2.0, (num_classes, num_users, num_labels))
+    props = (np.asarray(class_sizes, dtype=float) - num_users)[:, None, None] * props / props.sum((1, 2), keepdims=True)
+    per_row = num_users // num_classes
+    extra = []
+    for u, l in slots:
+        j = (l - u) % num_classes
+        n = int(props[l, u // per_row, j]) + py_rng.randint(300, 600)
+        if num_users <= 20:
+            n *= 2
+        take = n if used[l] + n < class_sizes[l] else 0
+        used[l] += take
+        extra.append(take)
+    return slots, [10] * len(slots), extra
+
+
+@PARTITIONERS.register(
+    "permfl_mnist", bounds={"num_users": ">= 1", "num_labels": ">= 1", "seeds": ("code", "run")},
+    feasible=lambda p, d: (
+        f"num_labels {p['num_labels']} exceeds the dataset's {d.num_classes} classes" if p["num_labels"] > d.num_classes
+        else f"num_users {p['num_users']} is below the dataset's {d.num_classes} classes (the reader indexes its "
+             f"proportions by user // (num_users // classes))" if p["num_users"] < d.num_classes else None),
+)
+def partition_permfl_mnist(
+    dataset: ArrayDataset,
+    pool: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    num_users: int = 20,
+    num_labels: int = 2,
+    seeds: str = "code",
+) -> Partition:
+    """PerMFL_1's ``read_Mnist_data`` (notes §3.2): the data of pFedMT Table 1's MNIST columns.
+
+    ``pool`` in dataset order (all 70,000 images, train then test, with the default
+    ``test_set: local``); user u holds labels (u + j) mod C, j < ``num_labels``; each slot is a
+    consecutive run of its class (first the 10-sample runs of all slots, then the extra runs),
+    sizes by :func:`permfl_slot_sizes`.  Each user's list (its slots' runs in the code's order)
+    is shuffled and the **first** ``n − int(0.75 n)`` samples are its test set, the rest train.
+    ``seeds``: ``code`` (default: ``random.seed(5)``, ``np.random.seed(9)`` as the reader, so
+    every run seed gets the authors' one partition) or ``run`` (both generators seeded from the
+    run's seed).  Teams come from the common ``teams`` option (PerMFL ``group_division = 0``:
+    ``assign: sequential``); ``groups["label_set"]`` = u mod C.
+    """
+    if not 1 <= num_labels <= dataset.num_classes:
+        raise ValueError(f"num_labels must be between 1 and {dataset.num_classes}, got {num_labels}")
+    if num_users < dataset.num_classes:
+        raise ValueError(f"num_users must be at least the {dataset.num_classes} classes, got {num_users}")
+    if seeds == "code":
+        py_seed, np_seed = PERMFL_CODE_SEEDS
+    elif seeds == "run":
+        py_seed, np_seed = (int(s) for s in rng.integers(2**31, size=2))
+    else:
+        raise ValueError(f"seeds must be 'code' or 'run', got {seeds!r}")
+    py_rng, np_rng = random.Random(py_seed), np.random.RandomState(np_seed)
+    labels = dataset.y[pool]
+    members = [pool[labels == l] for l in range(dataset.num_classes)]
+    holders = np.bincount([l for _, l in _slots(num_users, num_labels, dataset.num_classes)], minlength=dataset.num_classes)
+    short = [l for l, m in enumerate(members) if len(m) < 10 * holders[l]]
+    if short:
+        raise ValueError(f"permfl_mnist: class(es) {short} hold fewer samples than 10 per slot holding them")
+    slots, first, extra = permfl_slot_sizes([len(m) for m in members], num_users, num_labels, py_rng, np_rng)
+    runs: list[list[np.ndarray]] = [[] for _ in range(num_users)]
+    used = [0] * dataset.num_classes
+    for sizes in (first, extra):
+        for (u, l), n in zip(slots, sizes):
+            runs[u].append(members[l][used[l]:used[l] + n])
+            used[l] += n
+    train, test = [], []
+    for r in runs:
+        samples = list(np.concatenate(r))
+        py_rng.shuffle(samples)  # the code's random.shuffle of the user's (x, y) pairs
+        test_len = len(samples) - int(0.75 * len(samples))
+        test.append(np.sort(np.asarray(samples[:test_len], dtype=np.int64)))
+        train.append(np.sort(np.asarray(samples[test_len:], dtype=np.int64)))
+    return Partition(train=train, test=test, groups={"label_set": [u % dataset.num_classes for u in range(num_users)]})

@@ -83,6 +83,30 @@ def femam_figures():
     ]
 
 
+def flt_cells(experiment=None, dataset=None, partition=None, model=None):
+    """The cells of ``flt`` algorithm entries, optionally of one experiment block."""
+    wanted = (experiment, dataset, partition, model)
+    return [
+        c for c in CELLS
+        if config["algorithms"][c.algorithm]["method"] == "flt"
+        and all(w is None or w == v for w, v in zip(wanted, (c.experiment, c.dataset, c.partition, c.model)))
+    ]
+
+
+def gamma_sweep_figures():
+    """One gamma-sweep figure per (experiment, dataset, partition, model) that has FLT cells."""
+    blocks = sorted({(c.experiment, c.dataset, c.partition, c.model) for c in flt_cells()})
+    return [f"{RESULTS}/figures/gamma/{e}/{d}_{p}_{m}.png" for e, d, p, m in blocks]
+
+
+def gamma_sweep_inputs(wildcards, kind):
+    """The block's FLT runs (``metrics``) or the partitions of their seeds (``partitions``)."""
+    cells = flt_cells(wildcards.experiment, wildcards.dataset, wildcards.partition, wildcards.model)
+    if kind == "metrics":
+        return [run_file(c, "metrics.json") for c in cells]
+    return sorted({f"{c.partition_stem(RESULTS)}.json" for c in cells})
+
+
 def table_files():
     """The results table (CSV and Markdown), when there are cells to tabulate."""
     return [f"{RESULTS}/tables/results.{ext}" for ext in ("csv", "md")] if CELLS else []

@@ -1,0 +1,31 @@
+# A report figure per experiment block with FLT cells: FLT's relatedness graph (ARI, cross-group
+# links, density) against the threshold gamma for both distances, from the runs' UMAP outputs, and
+# the accuracy of the FLT runs at the gamma values the config trains (fedbench.results.gamma_sweep).
+
+
+rule gamma_sweep_figure:
+    input:
+        metrics=lambda w: gamma_sweep_inputs(w, "metrics"),
+        partitions=lambda w: gamma_sweep_inputs(w, "partitions"),
+        code=library_sources("fedbench/results/**/*.py", "fedbench/clustering/*.py", "fedbench/pipeline.py"),
+    output:
+        png=report(
+            f"{RESULTS}/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.png",
+            caption="../report/gamma_sweep.rst",
+            category="Client relatedness",
+            subcategory="{experiment}",
+            labels={"dataset": "{dataset}", "partition": "{partition}", "model": "{model}", "figure": "gamma sweep"},
+        ),
+        csv=f"{RESULTS}/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.csv",
+    params:
+        entries=lambda w: {c.algorithm: config["algorithms"][c.algorithm]
+                           for c in flt_cells(w.experiment, w.dataset, w.partition, w.model)},
+    log:
+        f"{RESULTS}/logs/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/gamma_sweep.py"

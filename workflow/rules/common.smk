@@ -149,7 +149,7 @@ def train_mem_mb(wildcards, input):
     before the job runs) gives the number of clients and the input shape."""
     training = config["experiments"][wildcards.experiment].get("training", {})
     budget = training.get("memory_mb") or DEFAULT_CPU_BUDGET_MB
-    with open(os.path.splitext(input.partition)[0] + ".json") as f:
+    with open(input.summary) as f:
         summary = json.load(f)
     if "input_shape" not in summary:  # a partition written before summaries carried the shape
         return int(PROCESS_MB + budget)

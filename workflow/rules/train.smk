@@ -4,6 +4,7 @@
 rule train_cell:
     input:
         partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
+        summary=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",  # sizes mem_mb
         encoder=encoder_inputs,
     output:
         metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",

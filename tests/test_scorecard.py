@@ -200,8 +200,8 @@ def test_pooled_max_scores_the_global_model_at_its_best_round():
 
 
 def test_runs_are_never_pooled_across_cells(tmp_path):
-    """Runs of another experiment, model or algorithm entry do not enter a row; a grid that would
-    put two partitions into one published row is an error."""
+    """Runs of another experiment, model or algorithm entry do not enter a row; a grid that puts two
+    partitions under one published row gives one row per partition."""
     rows = {"fedavg": {"method": "FedAvg", "setting": "E=1"}, "fedavg2": {"method": "FedAvg", "setting": "E=1"}}
     hist = lambda acc: {"acc_mean": [acc, acc], "acc_var": [0.0, 0.0], "f1_mean": [0, 0], "loss_mean": [1, 1]}  # noqa: E731
     runs = [
@@ -214,10 +214,15 @@ def test_runs_are_never_pooled_across_cells(tmp_path):
     accuracy = card[card["metric"] == "accuracy"].set_index("algorithm")
     assert accuracy.loc["fedavg", "reproduced"] == pytest.approx(80.0) and accuracy.loc["fedavg", "seeds"] == 1
     assert accuracy.loc["fedavg2", "reproduced"] == pytest.approx(50.0) and accuracy.loc["fedavg2", "seeds"] == 1
+    # one published row, two partitions in the grid: two rows, each from its own cell's runs
+    runs.append(flt_run(tmp_path, "e", "mnist", "s2", "mlp", "fedavg", 0, hist(0.30)))
     two = flt_experiment({"fedavg": {"method": "FedAvg", "setting": "E=1"}})
     two["grid"][0]["partitions"] = ["s1", "s2"]
-    with pytest.raises(ValueError, match="pool different cells"):
-        scorecard({"experiments": {"e": two}}, [], FLT_PUBLISHED)
+    card = scorecard({"experiments": {"e": two}}, runs, FLT_PUBLISHED.iloc[:2])
+    accuracy = card[card["metric"] == "accuracy"].set_index("config_partition")
+    assert accuracy.loc["s1", "reproduced"] == pytest.approx(80.0) and accuracy.loc["s2", "reproduced"] == pytest.approx(30.0)
+    assert (accuracy["seeds"] == 1).all()
+    assert "FedAvg [mnist/s2]" in to_markdown(card)
 
 
 def test_every_flt_number_including_the_appendix_is_linked():

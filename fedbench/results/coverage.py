@@ -63,7 +63,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 def to_rst(table: pd.DataFrame, title: str = "Reproduction status") -> str:
     """A section for the report's landing page: the total line, then a list-table."""
-    lines = [title, "-" * len(title), "", f"**{total_line(table)}**", "",
+    lines = [f".. rubric:: {title}", "", f"**{total_line(table)}**", "",
              "Published numbers per paper and table (``config/published_results.csv``); planned: linked to a",
              "cell of this config's grid; reproduced: runs present here; agree: within two combined standard",
              "errors (see the scorecard).", "",

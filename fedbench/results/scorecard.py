@@ -8,9 +8,9 @@ and ``rounds`` horizon; under ``pooled_max`` the best round, as pFedMe's ``avera
 the paper's units: accuracy and macro-F1 in %, variance in %² (FLT prints ``np.var`` of per-client
 accuracies in %), train numbers at the same round as the test ones.
 
-Runs are grouped by cell: experiment, dataset, partition, model and algorithm entry; an
-experiment whose grid puts two datasets or partitions under one model is an error (its runs would
-be pooled into one published row).  Beside the published number and its "±", each row states the
+Runs are grouped by cell (experiment, dataset, partition, model and algorithm entry; the seeds
+are the sample): runs of different cells never share a row.  A grid that trains one linked
+algorithm on two datasets or partitions gives two rows for the published number, one per cell.  Beside the published number and its "±", each row states the
 paper's statistic (:mod:`fedbench.results.agreement`: standard error or standard deviation), the
 reproduced mean and the same statistic over seeds, the difference reproduced − published, ``z``
 and the agreement flag, the published row's ``notes`` (FLAG remarks included) and a ``note`` on
@@ -79,23 +79,16 @@ def reported_number(history: pd.DataFrame, protocol: Protocol, link: Link, metri
     return math.nan if value is None else UNITS[metric] * value
 
 
-def _cells(name: str, experiment: dict) -> list[tuple[str, str, str, list[str]]]:
-    """(dataset, partition, model, algorithms) of each model of the grid; a model under two
-    datasets or partitions is an error (one published row per model and link)."""
-    cells: dict[str, tuple[str, str, list[str]]] = {}
+def _cells(experiment: dict) -> list[tuple[str, str, str, list[str]]]:
+    """(dataset, partition, model, algorithms) of each cell of the grid but the seed, in the grid's order."""
+    cells: dict[tuple[str, str, str], list[str]] = {}
     for block in experiment.get("grid", []):
-        for model in block["models"]:
-            for dataset in block["datasets"]:
-                for partition in block["partitions"]:
-                    if model in cells and cells[model][:2] != (dataset, partition):
-                        raise ValueError(
-                            f"experiments.{name}: model {model} is trained on {cells[model][0]}/{cells[model][1]} and "
-                            f"{dataset}/{partition}; a published block links one dataset and partition, so the "
-                            f"scorecard would pool different cells into one row: split the experiment"
-                        )
-                    algorithms = cells.get(model, (dataset, partition, []))[2]
-                    cells[model] = (dataset, partition, list(dict.fromkeys(algorithms + block["algorithms"])))
-    return [(d, p, m, a) for m, (d, p, a) in cells.items()]
+        for dataset in block["datasets"]:
+            for partition in block["partitions"]:
+                for model in block["models"]:
+                    known = cells.setdefault((dataset, partition, model), [])
+                    known += [a for a in block["algorithms"] if a not in known]
+    return [(*key, algorithms) for key, algorithms in cells.items()]
 
 
 def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFrame) -> pd.DataFrame:
@@ -110,7 +103,7 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
         if only is not None and name not in only:
             continue
         protocol_name = experiment.get("protocol", "mean_client_last")
-        for dataset, partition, model, algorithms in _cells(name, experiment):
+        for dataset, partition, model, algorithms in _cells(experiment):
             for link in links(experiment):
                 if link.algorithm not in algorithms:
                     continue
@@ -192,10 +185,17 @@ def to_markdown(card: pd.DataFrame) -> str:
         "",
     ]
     for (paper, table, dataset, model), group in card.groupby(["paper", "table", "dataset", "model"], sort=False):
-        # two runs linked to one published row (two readings of a method): name the run in the cell
-        shared = group.duplicated(["method", "setting", "metric", "split"], keep=False)
+        # several cells linked to one published row (two readings of a method, or two partitions
+        # of one grid): name what tells them apart
+        key = ["method", "setting", "metric", "split"]
+        cell = group["config_dataset"] + "/" + group["config_partition"]
+        several = lambda column: group.assign(c=column).groupby(key)["c"].transform("nunique") > 1  # noqa: E731
+        labels = [
+            f"{m} [{', '.join(filter(None, [a if sa else '', c if sc else '']))}]" if sa or sc else m
+            for m, a, c, sa, sc in zip(group["method"], group["algorithm"], cell, several(group["algorithm"]), several(cell))
+        ]
         view = pd.DataFrame({
-            "method": [f"{m} [{a}]" if s else m for m, a, s in zip(group["method"], group["algorithm"], shared)],
+            "method": labels,
             "setting": group["setting"],
             "metric": [f"{split} {METRIC_LABELS.get(metric, metric)}" for metric, split in zip(group["metric"], group["split"])],
             "±": [STATISTIC_LABELS[s] for s in group["statistic"]],

@@ -171,6 +171,12 @@ def _number(value: float, std: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if pd.isna(std) else format_mean_std(value, std, digits)
 
 
+def _where_several(group: pd.DataFrame, names: pd.Series) -> list[str]:
+    """``names`` on the rows whose published number is scored by several different ones, else ''."""
+    several = group.assign(name=names).groupby(["method", "setting", "metric", "split"])["name"].transform("nunique") > 1
+    return [name if flag else "" for name, flag in zip(names, several)]
+
+
 def to_markdown(card: pd.DataFrame) -> str:
     """One Markdown table per paper table and dataset/model: published vs reproduced, each with the
     paper's statistic, the difference, z and the agreement flag, and the published row's notes."""
@@ -187,13 +193,9 @@ def to_markdown(card: pd.DataFrame) -> str:
     for (paper, table, dataset, model), group in card.groupby(["paper", "table", "dataset", "model"], sort=False):
         # several cells linked to one published row (two readings of a method, or two partitions
         # of one grid): name what tells them apart
-        key = ["method", "setting", "metric", "split"]
         cell = group["config_dataset"] + "/" + group["config_partition"]
-        several = lambda column: group.assign(c=column).groupby(key)["c"].transform("nunique") > 1  # noqa: E731
-        labels = [
-            f"{m} [{', '.join(filter(None, [a if sa else '', c if sc else '']))}]" if sa or sc else m
-            for m, a, c, sa, sc in zip(group["method"], group["algorithm"], cell, several(group["algorithm"]), several(cell))
-        ]
+        tags = [", ".join(filter(None, pair)) for pair in zip(_where_several(group, group["algorithm"]), _where_several(group, cell))]
+        labels = [f"{method} [{tag}]" if tag else method for method, tag in zip(group["method"], tags)]
         view = pd.DataFrame({
             "method": labels,
             "setting": group["setting"],

@@ -149,6 +149,81 @@ def test_report_is_built(tiny_run):
     assert "curves_tiny.png" in html and "results.csv" in html
 
 
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def linked_tiny_config(path: Path) -> Path:
+    """The tiny config with its runs linked to FLT's MNIST FedAvg and Local rows (Tables 1 and 7):
+    a smoke test of the scorecard rule and the report, not a reproduction (digits are not MNIST).
+    Linking trains nothing new: the same cells, the same runs."""
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    setting = "M=100; C=5; rho=0.2; E=1; T=100"
+    config["experiments"]["tiny"]["published"] = {
+        "paper": "flt", "table": "Table 1", "dataset": "MNIST", "partition": "scenario1",
+        "rows": {method.lower(): [{"method": method, "setting": setting}, {"method": method, "setting": setting, "table": "Table 7"}]
+                 for method in ("Local", "FedAvg")},
+    }
+    return write_config(path, config)
+
+
+@pytest.fixture(scope="module")
+def linked_report(tiny_run, tmp_path_factory) -> Path:
+    """A copy of the tiny run with published links: the scorecard rule, then the HTML report."""
+    workdir = tmp_path_factory.mktemp("linked_run") / "run"
+    shutil.copytree(tiny_run, workdir)
+    configfile = linked_tiny_config(workdir / "linked_config.yaml")
+    process = snakemake(workdir, "-n", configfile=configfile)
+    assert "train_cell" not in planned_jobs(process.stdout) and planned_jobs(process.stdout).get("scorecard") == 1
+    snakemake(workdir, "--cores", "1", configfile=configfile)
+    snakemake(workdir, "--report", str(workdir / "report.html"), configfile=configfile)
+    return workdir
+
+
+def test_scorecard_rule_writes_every_metric_and_the_coverage(linked_report):
+    from fedbench.results.coverage import total_line
+    from fedbench.results.published import load_published
+
+    tables = linked_report / "results" / "tables"
+    card = pd.read_csv(tables / "scorecard.csv")
+    # Local and FedAvg x 2 partitions: Table 1 (test accuracy, variance), Table 7 (train and test, accuracy, variance)
+    assert len(card) == 2 * 2 * (2 + 4) and (card["seeds"] == 1).all() and card["reproduced"].notna().all()
+    assert set(zip(card["metric"], card["split"])) == {("accuracy", "test"), ("variance", "test"), ("accuracy", "train"), ("variance", "train")}
+    assert set(card["config_partition"]) == {"iid", "dir0.5"}  # one row per cell: the partitions are not pooled
+    coverage = pd.read_csv(tables / "coverage.csv")
+    line = total_line(coverage)
+    assert line.startswith(f"{len(load_published())} published · 12 planned · 12 reproduced · ")
+    assert (tables / "coverage.md").read_text().startswith(f"**{line}**")
+
+
+def test_report_opens_on_the_reproduction_status_in_a_browser(linked_report, tmp_path):
+    """The report in a real headless browser: the landing page shows the coverage line, the
+    categories are there, and a screenshot of the landing page is kept (FEDBENCH_TEST_ARTIFACTS,
+    else the test's temporary directory).  Skipped where no Chromium is installed
+    (Debian: ``apt-get install chromium``)."""
+    import os
+
+    from fedbench.results.coverage import total_line
+
+    browser = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
+    if browser is None:
+        pytest.skip(f"no headless browser ({', '.join(BROWSERS)}) installed")
+    url = (linked_report / "report.html").as_uri()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=10000"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    line = total_line(pd.read_csv(linked_report / "results" / "tables" / "coverage.csv"))
+    landing = dom[dom.index('class="document"'):]  # the rendered landing page, not the embedded data
+    assert f"<strong>{line}</strong>" in landing and landing.index(line) < landing.index("federated learning under non-IID data")
+    for category in ("Reproduction status", "Tables", "Figures", "Partitions"):
+        assert f"<span>{category}</span>" in dom, category
+    artifacts = Path(os.environ.get("FEDBENCH_TEST_ARTIFACTS", tmp_path))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    screenshot = artifacts / "report_landing.png"
+    subprocess.run([browser, *flags, "--window-size=1400,2000", f"--screenshot={screenshot}", url],
+                   capture_output=True, timeout=120, check=True)
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 10_000
+    print(f"landing page screenshot: {screenshot}")
+
+
 def test_editing_a_partition_reruns_only_what_depends_on_it(tiny_run, tmp_path):
     config = yaml.safe_load(TINY_CONFIG.read_text())
     config["partitions"]["dir0.5"]["alpha"] = 0.1

@@ -8,7 +8,9 @@ with: ``scored`` (``personal``, the protocol's own, or ``global``, the global mo
 ``rounds`` (only the first T rounds count, e.g. pFedMT's T = 100 and T = 600 columns).
 A link may also name another ``table`` (the same cell printed in two tables, e.g. FeMAM's Table 1
 and Tables C.2-C.4) and, for a table of differences (FeMAM's Table 2 ablation, ``accuracy_delta``),
-the algorithm the difference is taken to (``relative_to``).
+the algorithm the difference is taken to (``relative_to``).  A link stands for every number the
+table prints for its method and setting (test and train accuracy, macro-F1, variance across
+clients): the scorecard scores each from the same runs.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class Link:
 
     @property
     def metric(self) -> str:
-        """The published metric the reproduced number is compared with."""
+        """The published test metric that identifies the link's row (exactly one must match); the
+        scorecard then scores every metric and split printed for that method and setting."""
         return "accuracy" if self.relative_to is None else "accuracy_delta"
 
 

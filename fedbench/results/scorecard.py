@@ -1,32 +1,49 @@
 """Paper vs reproduction: every published number an experiment links to, next to what its runs gave.
 
-For each link (:mod:`fedbench.results.published`) the reproduced figure is computed from every
-seed's ``history.csv`` under the experiment's protocol, with the link's ``scored`` model and
-``rounds`` horizon, in percent, then mean and population standard deviation over seeds (as the
-papers' scripts).  The difference is reproduced mean minus published value.  A link whose runs
-are absent (e.g. the MNIST half without MNIST), or shorter than the link's T, is listed with no
-reproduced number (and a note saying why); a link that
-matches no published accuracy, or several, is an error naming it.
+A link (:mod:`fedbench.results.published`) scores every published row of its method and setting,
+whatever the metric: test accuracy, macro-F1, train accuracy and the variance of accuracy across
+clients (FLT's fairness column), all from the same runs.  Each figure is read from every seed's
+``history.csv`` at the round the experiment's protocol reports (with the link's ``scored`` model
+and ``rounds`` horizon; under ``pooled_max`` the best round, as pFedMe's ``average_data``), in
+the paper's units: accuracy and macro-F1 in %, variance in %² (FLT prints ``np.var`` of per-client
+accuracies in %), train numbers at the same round as the test ones.
+
+Runs are grouped by cell (experiment, dataset, partition, model and algorithm entry; the seeds
+are the sample): runs of different cells never share a row.  A grid that trains one linked
+algorithm on two datasets or partitions gives two rows for the published number, one per cell.  Beside the published number and its "±", each row states the
+paper's statistic (:mod:`fedbench.results.agreement`: standard error or standard deviation), the
+reproduced mean and the same statistic over seeds, the difference reproduced − published, ``z``
+and the agreement flag, the published row's ``notes`` (FLAG remarks included) and a ``note`` on
+the reproduction (absent runs, runs shorter than the link's T, CFL that never split).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
 from fedbench.data.partition_file import atomic_write
-from fedbench.protocols import PROTOCOLS
-from fedbench.results.published import links, published_rows
+from fedbench.protocols import PROTOCOLS, Protocol
+from fedbench.results.agreement import STD_ERROR, agreement, spread, statistic_of
+from fedbench.results.published import Link, links, published_rows
 from fedbench.results.tables import format_mean_std
 
 COLUMNS = [
-    "paper", "table", "dataset", "model", "partition", "method", "setting",
-    "published", "published_std", "reproduced", "reproduced_std", "difference", "seeds",
-    "experiment", "config_model", "algorithm", "scored", "rounds", "protocol", "note",
+    "paper", "table", "dataset", "model", "partition", "method", "setting", "metric", "split",
+    "published", "published_std", "statistic", "reproduced", "reproduced_spread", "difference",
+    "combined_se", "z", "agreement", "seeds",
+    "experiment", "config_dataset", "config_partition", "config_model", "algorithm", "scored", "rounds", "protocol",
+    "published_row", "notes", "note",
 ]
+
+UNITS = {"accuracy": 100.0, "macro_f1": 100.0, "accuracy_delta": 100.0, "variance": 100.0 ** 2}
+"""History columns hold fractions (variance: fraction²); the papers print % (variance: %²)."""
+
+_TRAIN_COLUMNS = {"accuracy": "train_acc_mean", "variance": "train_acc_var"}
 
 
 def _runs(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
@@ -39,30 +56,72 @@ def _runs(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["experiment", "dataset", "partition", "model", "algorithm", "seed", "protocol", "history"])
 
 
+def reported_number(history: pd.DataFrame, protocol: Protocol, link: Link, metric: str, split: str) -> float:
+    """One run's figure for a published ``metric`` and ``split``, in the paper's units, at the round
+    the protocol reports (for the link's scored model and horizon); NaN where the run does not record it."""
+    final = protocol.final(history, link.scored, link.rounds)
+    if split == "test":
+        key = "accuracy" if metric == "accuracy_delta" else metric
+        if key not in final:
+            raise ValueError(f"the scorecard cannot score metric {metric!r}")
+        value = final[key]
+    elif split == "train":
+        if metric not in _TRAIN_COLUMNS:
+            raise ValueError(f"the scorecard cannot score train {metric!r}")
+        column = _TRAIN_COLUMNS[metric]
+        if link.scored != "personal" or column not in history:
+            value = None  # the global model's train accuracy is not recorded
+        else:
+            value = history.set_index("round").loc[final["round"], column]
+            value = None if pd.isna(value) else float(value)
+    else:
+        raise ValueError(f"published split must be 'test' or 'train', got {split!r}")
+    return math.nan if value is None else UNITS[metric] * value
+
+
+def _cells(experiment: dict) -> list[tuple[str, str, str, list[str]]]:
+    """(dataset, partition, model, algorithms) of each cell of the grid but the seed, in the grid's order."""
+    cells: dict[tuple[str, str, str], list[str]] = {}
+    for block in experiment.get("grid", []):
+        for dataset in block["datasets"]:
+            for partition in block["partitions"]:
+                for model in block["models"]:
+                    known = cells.setdefault((dataset, partition, model), [])
+                    known += [a for a in block["algorithms"] if a not in known]
+    return [(*key, algorithms) for key, algorithms in cells.items()]
+
+
 def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFrame) -> pd.DataFrame:
     runs = _runs(run_dirs)
+    if "notes" not in published:
+        published = published.assign(notes="")
     only = config.get("only_experiments")
     histories: dict[Path, pd.DataFrame] = {}
+    statistics = {key: statistic_of(group["notes"]) for key, group in published.groupby(["paper", "table"])}
     out = []
     for name, experiment in config.get("experiments", {}).items():
         if only is not None and name not in only:
             continue
-        models = [m for block in experiment.get("grid", []) for m in block["models"]]
-        for link in links(experiment):
-            for model in dict.fromkeys(models):
+        protocol_name = experiment.get("protocol", "mean_client_last")
+        for dataset, partition, model, algorithms in _cells(experiment):
+            for link in links(experiment):
+                if link.algorithm not in algorithms:
+                    continue
                 paper = published_rows(experiment, link, published, model)
-                paper = paper[paper["metric"] == link.metric]
-                if len(paper) != 1:
+                primary = paper[(paper["metric"] == link.metric) & (paper["split"] == "test")]
+                if len(primary) != 1:
                     raise ValueError(
                         f"experiments.{name}.published: {link.algorithm} -> {link.method!r} / {link.setting!r} "
-                        f"(model {model}) matches {len(paper)} published {link.metric} rows, expected 1"
+                        f"(model {model}) matches {len(primary)} published test {link.metric} rows, expected 1"
                     )
-                row = paper.iloc[0]
+                if link.relative_to is not None:  # a table of differences: only the difference is printed
+                    paper = primary
 
-                def accuracies(algorithm: str) -> tuple[dict[int, float], str]:
-                    """Reproduced accuracy (%) of every seed of ``algorithm`` in this experiment and model."""
-                    mine = runs[(runs["experiment"] == name) & (runs["algorithm"] == algorithm) & (runs["model"] == model)]
-                    out, note = {}, ""
+                def seeds(algorithm: str, metric: str, split: str) -> tuple[dict[int, float], str]:
+                    """Reproduced figure of every seed of ``algorithm`` in this cell (NaN: not recorded)."""
+                    mine = runs[(runs["experiment"] == name) & (runs["dataset"] == dataset) & (runs["partition"] == partition)
+                                & (runs["model"] == model) & (runs["algorithm"] == algorithm)]
+                    values, note = {}, ""
                     for _, run in mine.iterrows():
                         if run["history"] not in histories:
                             histories[run["history"]] = pd.read_csv(run["history"])
@@ -73,52 +132,85 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                             continue
                         if "cfl_splits" in history and history["cfl_splits"].max() == 0:
                             note = "CFL never split (= FedAvg)"
-                        final = PROTOCOLS[run["protocol"]].final(history, link.scored, link.rounds)
-                        out[int(run["seed"])] = 100 * final["accuracy"] if final["accuracy"] is not None else float("nan")
-                    return out, note
+                        values[int(run["seed"])] = reported_number(history, PROTOCOLS[run["protocol"]], link, metric, split)
+                    return values, note
 
-                mine, note = accuracies(link.algorithm)
-                if link.relative_to is not None:  # a difference, seed by seed
-                    base, _ = accuracies(link.relative_to)
-                    mine = {seed: value - base[seed] for seed, value in mine.items() if seed in base}
-                values = list(mine.values())
-                reproduced = pd.Series(values, dtype=float)
-                mean = reproduced.mean() if len(reproduced) else float("nan")
-                out.append({
-                    "paper": row["paper"], "table": row["table"], "dataset": row["dataset"], "model": row["model"],
-                    "partition": row["partition"], "method": link.method, "setting": link.setting,
-                    "published": row["value"], "published_std": row["std"],
-                    "reproduced": mean, "reproduced_std": reproduced.std(ddof=0) if len(reproduced) else float("nan"),
-                    "difference": mean - row["value"], "seeds": len(reproduced),
-                    "experiment": name, "config_model": model, "algorithm": link.algorithm,
-                    "scored": link.scored, "rounds": link.rounds, "protocol": experiment.get("protocol", "mean_client_last"),
-                    "note": note,
-                })
+                for index, row in paper.iterrows():
+                    values, note = seeds(link.algorithm, row["metric"], row["split"])
+                    if link.relative_to is not None:  # a difference, seed by seed
+                        base, _ = seeds(link.relative_to, row["metric"], row["split"])
+                        values = {seed: value - base[seed] for seed, value in values.items() if seed in base}
+                    if values and all(math.isnan(v) for v in values.values()):
+                        note = f"the runs do not record the {row['split']} {row['metric']} of the {link.scored} model"
+                    values = [v for v in values.values() if not math.isnan(v)]
+                    statistic = statistics[(row["paper"], row["table"])]
+                    mean = float(pd.Series(values, dtype=float).mean()) if values else math.nan
+                    flag = agreement(row["value"], row["std"], statistic, row["notes"], values)
+                    out.append({
+                        "paper": row["paper"], "table": row["table"], "dataset": row["dataset"], "model": row["model"],
+                        "partition": row["partition"], "method": link.method, "setting": link.setting,
+                        "metric": row["metric"], "split": row["split"],
+                        "published": row["value"], "published_std": row["std"], "statistic": statistic,
+                        "reproduced": mean, "reproduced_spread": spread(values, statistic) if values else math.nan,
+                        "difference": mean - row["value"], **flag, "seeds": len(values),
+                        "experiment": name, "config_dataset": dataset, "config_partition": partition,
+                        "config_model": model, "algorithm": link.algorithm,
+                        "scored": link.scored, "rounds": link.rounds, "protocol": protocol_name,
+                        "published_row": index, "notes": row["notes"], "note": note,
+                    })
     return pd.DataFrame(out, columns=COLUMNS)
 
 
+STATISTIC_LABELS = {STD_ERROR: "± SE", "std": "± SD"}
+METRIC_LABELS = {"accuracy": "acc. %", "macro_f1": "macro-F1 %", "variance": "var. %²", "accuracy_delta": "Δ acc. pp"}
+
+
+def _number(value: float, std: float, digits: int = 2) -> str:
+    if pd.isna(value):
+        return ""
+    return f"{value:.{digits}f}" if pd.isna(std) else format_mean_std(value, std, digits)
+
+
+def _where_several(group: pd.DataFrame, names: pd.Series) -> list[str]:
+    """``names`` on the rows whose published number is scored by several different ones, else ''."""
+    several = group.assign(name=names).groupby(["method", "setting", "metric", "split"])["name"].transform("nunique") > 1
+    return [name if flag else "" for name, flag in zip(names, several)]
+
+
 def to_markdown(card: pd.DataFrame) -> str:
-    """One Markdown table per paper table and dataset/model: published vs reproduced (%) and the difference."""
+    """One Markdown table per paper table and dataset/model: published vs reproduced, each with the
+    paper's statistic, the difference, z and the agreement flag, and the published row's notes."""
     parts = [
         "# Scorecard: published vs reproduced",
         "",
-        "Accuracy (%). Published: as printed (± as printed). Reproduced: mean ± std over seeds under the",
-        "experiment's protocol; difference = reproduced − published.  Empty: not run here.",
+        "Published: as printed, ± the paper's statistic (column ±: SE = standard error, SD = standard",
+        "deviation).  Reproduced: mean over seeds under the experiment's protocol, ± the same statistic",
+        "(SE: sd(ddof=1)/√n over seeds; SD: np.std, ddof=0).  Accuracy and macro-F1 in %, variance across",
+        "clients in %².  difference = reproduced − published; z = difference / combined standard error;",
+        "agree: |z| ≤ 2 (docs: the scorecard section of README.md).  Empty: not run here.",
         "",
     ]
     for (paper, table, dataset, model), group in card.groupby(["paper", "table", "dataset", "model"], sort=False):
-        # two runs linked to one published row (two readings of a method): name the run in the cell
-        shared = group.duplicated(["method", "setting"], keep=False)
+        # several cells linked to one published row (two readings of a method, or two partitions
+        # of one grid): name what tells them apart
+        cell = group["config_dataset"] + "/" + group["config_partition"]
+        tags = [", ".join(filter(None, pair)) for pair in zip(_where_several(group, group["algorithm"]), _where_several(group, cell))]
+        labels = [f"{method} [{tag}]" if tag else method for method, tag in zip(group["method"], tags)]
         view = pd.DataFrame({
-            "method": [f"{m} [{a}]" if s else m for m, a, s in zip(group["method"], group["algorithm"], shared)],
+            "method": labels,
             "setting": group["setting"],
-            "published": [format_mean_std(v, s if pd.notna(s) else 0.0) for v, s in zip(group["published"], group["published_std"])],
-            "reproduced": [format_mean_std(v, s) if n else "" for v, s, n in zip(group["reproduced"], group["reproduced_std"], group["seeds"])],
+            "metric": [f"{split} {METRIC_LABELS.get(metric, metric)}" for metric, split in zip(group["metric"], group["split"])],
+            "±": [STATISTIC_LABELS[s] for s in group["statistic"]],
+            "published": [_number(v, s) for v, s in zip(group["published"], group["published_std"])],
+            "reproduced": [_number(v, s) if n else "" for v, s, n in zip(group["reproduced"], group["reproduced_spread"], group["seeds"])],
             "difference": [f"{d:+.2f}" if pd.notna(d) else "" for d in group["difference"]],
+            "z": [f"{z:+.1f}" if pd.notna(z) else "" for z in group["z"]],
+            "agree": group["agreement"],
             "seeds": group["seeds"],
-            "note": group["note"],
+            "notes": ["; ".join(filter(None, [n, m])) for n, m in zip(group["notes"], group["note"])],
         })
-        parts += [f"## {paper} {table}: {dataset}, {model}", "", view.to_markdown(index=False, disable_numparse=True), ""]
+        heading = f"## {paper} {table}: {dataset}" + (f", {model}" if model else "")
+        parts += [heading, "", view.to_markdown(index=False, disable_numparse=True), ""]
     return "\n".join(parts)
 
 

@@ -150,6 +150,20 @@ rule scorecard:
             category="Tables",
             labels={"table": "scorecard", "format": "Markdown"},
         ),
+        # coverage per paper and table; coverage.rst opens the report's landing page (workflow.rst)
+        coverage_csv=report(
+            f"{RESULTS}/tables/coverage.csv",
+            caption="../report/coverage.rst",
+            category="Reproduction status",
+            labels={"table": "coverage", "format": "CSV"},
+        ),
+        coverage_md=report(
+            f"{RESULTS}/tables/coverage.md",
+            caption="../report/coverage.rst",
+            category="Reproduction status",
+            labels={"table": "coverage", "format": "Markdown"},
+        ),
+        coverage_rst=f"{RESULTS}/tables/coverage.rst",
     log:
         f"{RESULTS}/logs/tables/scorecard.log",
     resources:

@@ -113,9 +113,10 @@ def table_files():
 
 
 def scorecard_files():
-    """The paper-vs-reproduction scorecard, when an experiment with cells links to published numbers."""
+    """The paper-vs-reproduction scorecard and coverage, when an experiment with cells links to published numbers."""
     linked = {cell.experiment for cell in CELLS if config["experiments"][cell.experiment].get("published")}
-    return [f"{RESULTS}/tables/scorecard.{ext}" for ext in ("csv", "md")] if linked else []
+    files = [f"{RESULTS}/tables/{name}" for name in ("scorecard.csv", "scorecard.md", "coverage.csv", "coverage.md", "coverage.rst")]
+    return files if linked else []
 
 
 # ---- per-job settings (the params rerun trigger compares these) ---------------------

@@ -1,4 +1,5 @@
-"""Rule ``scorecard``: every published number the experiments link to, next to the reproduction."""
+"""Rule ``scorecard``: every published number the experiments link to, next to the reproduction,
+and the coverage per paper and table (planned: the whole config's grid, ``only_experiments`` aside)."""
 
 import os
 
@@ -8,9 +9,15 @@ smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
 use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
+from fedbench.results.coverage import total_line, write_coverage  # noqa: E402
 from fedbench.results.published import load_published  # noqa: E402
-from fedbench.results.scorecard import write_scorecard  # noqa: E402
+from fedbench.results.scorecard import scorecard, write_scorecard  # noqa: E402
 
+published = load_published(smk.input.published)
 run_dirs = sorted({os.path.dirname(path) for path in smk.input.metrics})
-card = write_scorecard(smk.config, run_dirs, load_published(smk.input.published), smk.output.csv, smk.output.md)
+card = write_scorecard(smk.config, run_dirs, published, smk.output.csv, smk.output.md)
+planned = scorecard({**smk.config, "only_experiments": None}, [], published)
+coverage = write_coverage(published, [planned, card], smk.output.coverage_csv, smk.output.coverage_md, smk.output.coverage_rst)
 print(card.to_string())
+print(coverage.to_string())
+print(total_line(coverage))

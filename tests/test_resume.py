@@ -13,6 +13,7 @@ from fedbench.checkpoint import CHECKPOINT_NAME, CheckpointError
 from fedbench.config import Cell, check_config
 from fedbench.data.partition_file import PartitionFileError
 from fedbench.pipeline import build_partition, run_cell
+from fedbench.results.tables import load_metrics, summarise, to_markdown
 
 TRAINING = {"rounds": 6, "batch_size": 16, "lr": 0.1, "participation": 0.6, "eval_every": 2,
             "checkpoint_every": 2}
@@ -171,3 +172,18 @@ def test_divergence_is_recorded(tmp_path, partition):
     assert np.isfinite(history["train_loss"].iloc[:-1]).all()  # the rows before were normal
     assert on_disk["final"]["accuracy"] is None and on_disk["final"]["round"] == round_
     assert not (tmp_path / CHECKPOINT_NAME).exists()
+
+
+def test_tables_show_diverged_cells(tmp_path, partition):
+    """A diverged run is a table entry 'diverged', not a number and not a blank; next to a
+    completed seed the mean is over the completed one and the count of diverged seeds is shown."""
+    run_cell(CONFIG, Cell("blowup", "digits", "dir", "mlp", "fedavg", 0), partition, tmp_path / "seed0")
+    diverged = json.loads((tmp_path / "seed0" / "metrics.json").read_text())
+    completed = {**diverged, "status": "completed", "cell": {**diverged["cell"], "seed": 1},
+                 "final": {**diverged["final"], "accuracy": 0.5}}
+    (tmp_path / "seed1.json").write_text(json.dumps(completed))
+    alone = summarise(load_metrics([tmp_path / "seed0" / "metrics.json"]))
+    assert alone["accuracy"].tolist() == ["diverged"] and alone["diverged"].tolist() == [1]
+    assert "| diverged |" in to_markdown(alone)
+    both = summarise(load_metrics([tmp_path / "seed0" / "metrics.json", tmp_path / "seed1.json"]))
+    assert both["accuracy"].tolist() == ["50.00 ± 0.00 (1/2 diverged)"]

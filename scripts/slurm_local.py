@@ -1,0 +1,340 @@
+"""A single-node SLURM cluster on this machine, to run the workflow through ``profiles/slurm`` for real.
+
+    scripts/slurm-local [--config tests/data/tiny_config.yaml] [--keep] [--scancel]
+    make slurm-local
+
+What it does (as root; Debian's ``slurm-wlm``, ``munge``, ``slurmdbd`` and ``mariadb-server``,
+installed with apt-get where missing):
+
+1. writes ``munge.key``, ``slurm.conf``, ``slurmdbd.conf`` and a MariaDB data directory into a
+   fresh temporary state directory (nothing under /etc is touched; ``SLURM_CONF`` points every
+   SLURM command at the temporary config);
+2. starts munged, MariaDB, slurmdbd, slurmctld and slurmd on free localhost ports -- accounting
+   through ``slurmdbd`` because ``snakemake-executor-plugin-slurm`` reads job states with
+   ``sacct --clusters all``, which needs the accounting database;
+3. runs the config locally (``--cores 2``) and through ``snakemake --profile profiles/slurm``;
+   with ``--scancel`` it first cancels a training job mid-run and reruns the workflow, which
+   resumes the cell from its checkpoint;
+4. checks that every job of the SLURM run went through ``sbatch`` (the controller's job list
+   holds one job per Snakemake job, all COMPLETED) and that the tables equal the local run's;
+5. stops exactly the daemons it started (by their process ids) and removes the state directory
+   (``--keep`` leaves it for inspection).
+
+The pure helpers (config writing, parsing ``sacct`` output, comparing tables) need no daemon
+and are tested in ``tests/test_slurm_local.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
+PACKAGES = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
+            "slurmdbd": "slurmdbd", "mariadbd": "mariadb-server"}
+PARTITION = "debug"
+CLUSTER = "fedbench"
+TABLES = ("tables/results.md", "tables/results.csv")
+RUN_ONLY_COLUMNS = ("wall_time_s",)  # how long a run took: never equal between two runs
+
+
+# ---- pure helpers (tested without daemons) -------------------------------------------------
+
+def slurm_conf(state: Path, *, host: str, cpus: int, memory_mb: int, ctld_port: int, slurmd_port: int,
+               dbd_port: int, user: str = "root") -> str:
+    """A minimal single-node slurm.conf whose every path lies under ``state``."""
+    return "\n".join([
+        f"ClusterName={CLUSTER}",
+        f"SlurmctldHost={host}(127.0.0.1)",
+        f"SlurmUser={user}",
+        f"SlurmdUser={user}",
+        f"SlurmctldPort={ctld_port}",
+        f"SlurmdPort={slurmd_port}",
+        f"AuthType=auth/munge",
+        f"CredType=cred/munge",
+        f"AuthInfo=socket={state / 'munge.socket'}",
+        f"StateSaveLocation={state / 'slurmctld'}",
+        f"SlurmdSpoolDir={state / 'slurmd'}",
+        f"SlurmctldPidFile={state / 'slurmctld.pid'}",
+        f"SlurmdPidFile={state / 'slurmd.pid'}",
+        f"SlurmctldLogFile={state / 'slurmctld.log'}",
+        f"SlurmdLogFile={state / 'slurmd.log'}",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "MpiDefault=none",
+        "SwitchType=switch/none",
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "ReturnToService=2",
+        "MinJobAge=600",  # finished jobs stay visible to squeue too
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=127.0.0.1",
+        f"AccountingStoragePort={dbd_port}",
+        f"AccountingStoragePass={state / 'munge.socket'}",  # the munge socket for talking to slurmdbd
+        "JobCompType=jobcomp/none",
+        "SlurmdParameters=config_overrides",
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
+        f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        "",
+    ])
+
+
+def slurmdbd_conf(state: Path, *, host: str, dbd_port: int, db_port: int, db_user: str, db_password: str, user: str = "root") -> str:
+    """slurmdbd.conf: the accounting daemon on ``dbd_port``, storing into MariaDB on ``db_port``."""
+    return "\n".join([
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={state / 'munge.socket'}",
+        f"DbdHost={host}",
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={dbd_port}",
+        f"SlurmUser={user}",
+        f"LogFile={state / 'slurmdbd.log'}",
+        f"PidFile={state / 'slurmdbd.pid'}",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1",
+        f"StoragePort={db_port}",
+        f"StorageUser={db_user}",
+        f"StoragePass={db_password}",
+        "StorageLoc=slurm_acct_db",
+        "",
+    ])
+
+
+def parse_sacct(text: str) -> dict[str, str]:
+    """``sacct -X --parsable2 --noheader --format=JobIdRaw,State`` output -> {job id: state}
+    (``CANCELLED by 0`` -> ``CANCELLED``; blank lines ignored)."""
+    states = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        job, state = line.split("|")[:2]
+        states[job.strip()] = state.split()[0] if state.strip() else ""
+    return states
+
+
+def planned_jobs(snakemake_output: str) -> int:
+    """The ``total`` of a Snakemake run's job-stats table (0 when there is none)."""
+    if "Job stats:" not in snakemake_output:
+        return 0
+    for line in snakemake_output.split("Job stats:", 1)[1].splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "total":
+            return int(parts[1])
+    return 0
+
+
+def table_differences(local: Path, other: Path) -> list[str]:
+    """Which result tables differ between two results roots: the Markdown byte for byte, the CSV
+    cell by cell except the run-only columns (wall time)."""
+    import pandas as pd
+
+    problems = []
+    md = TABLES[0]
+    if (local / md).read_bytes() != (other / md).read_bytes():
+        problems.append(md)
+    a, b = (pd.read_csv(root / TABLES[1]).drop(columns=list(RUN_ONLY_COLUMNS), errors="ignore") for root in (local, other))
+    if not a.equals(b):
+        problems.append(TABLES[1])
+    return problems
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- the cluster ---------------------------------------------------------------------------
+
+def ensure_installed() -> None:
+    """apt-get install whatever of slurm-wlm, munge, slurmdbd, mariadb-server is missing (needs root)."""
+    missing = sorted({pkg for binary, pkg in PACKAGES.items() if not shutil.which(binary)})
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        sys.exit(f"slurm-local: missing {', '.join(missing)}; install them (apt-get install {' '.join(missing)}) or run as root")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "install", "-y", *missing], check=True, env=env)
+
+
+@dataclass
+class Cluster:
+    """The daemons this script started (pids) and where their state lives."""
+
+    state: Path
+    host: str = field(default_factory=socket.gethostname)
+    started: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.ports = {name: free_port() for name in ("ctld", "slurmd", "dbd", "db")}
+        self.env = {**os.environ, "SLURM_CONF": str(self.state / "slurm.conf")}
+
+    def run(self, *command: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(command, env=self.env, check=check, text=True, capture_output=True, **kw)
+
+    def _pid_from(self, name: str, pidfile: Path, timeout: float = 30) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if pidfile.exists() and pidfile.read_text().strip():
+                self.started[name] = int(pidfile.read_text().split()[0])
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{name} did not start; see the logs in {self.state}")
+
+    def start(self) -> None:
+        s = self.state
+        for d in ("slurmctld", "slurmd", "mysql"):
+            (s / d).mkdir(parents=True, exist_ok=True)
+        key = s / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        subprocess.run(["munged", "--force", f"--key-file={key}", f"--socket={s / 'munge.socket'}",
+                        f"--pid-file={s / 'munged.pid'}", f"--log-file={s / 'munged.log'}",
+                        f"--seed-file={s / 'munged.seed'}"], check=True)
+        self._pid_from("munged", s / "munged.pid")
+
+        self._start_mariadb()
+        password = os.urandom(12).hex()
+        self._sql(f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}'; "
+                  "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;")
+        (s / "slurmdbd.conf").write_text(slurmdbd_conf(s, host=self.host, dbd_port=self.ports["dbd"], db_port=self.ports["db"],
+                                                      db_user="slurm", db_password=password))
+        (s / "slurmdbd.conf").chmod(0o600)
+        memory_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.9)
+        (s / "slurm.conf").write_text(slurm_conf(s, host=self.host, cpus=os.cpu_count() or 1, memory_mb=memory_mb,
+                                                 ctld_port=self.ports["ctld"], slurmd_port=self.ports["slurmd"],
+                                                 dbd_port=self.ports["dbd"]))
+        # slurmdbd reads slurmdbd.conf from the directory of SLURM_CONF
+        subprocess.run(["slurmdbd"], env=self.env, check=True)
+        self._pid_from("slurmdbd", s / "slurmdbd.pid")
+        self._wait(lambda: self.run("sacctmgr", "-i", "show", "cluster", check=False).returncode == 0, "slurmdbd")
+        self.run("sacctmgr", "-i", "add", "cluster", CLUSTER, check=False)
+        subprocess.run(["slurmctld"], env=self.env, check=True)
+        self._pid_from("slurmctld", s / "slurmctld.pid")
+        subprocess.run(["slurmd"], env=self.env, check=True)
+        self._pid_from("slurmd", s / "slurmd.pid")
+        self._wait(lambda: "idle" in self.run("sinfo", "-h", "-o", "%T", check=False).stdout, "the node to come up idle")
+
+    def _start_mariadb(self) -> None:
+        s = self.state
+        subprocess.run(["mariadb-install-db", f"--datadir={s / 'mysql'}", "--user=root", "--auth-root-authentication-method=socket",
+                        "--skip-test-db"], check=True, capture_output=True)
+        log = open(s / "mariadb.log", "w")
+        process = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={s / 'mysql'}", "--user=root",
+                                    f"--socket={s / 'mysql.sock'}", f"--port={self.ports['db']}", "--bind-address=127.0.0.1",
+                                    f"--pid-file={s / 'mariadb.pid'}", "--innodb-buffer-pool-size=64M",
+                                    "--innodb-lock-wait-timeout=900"], stdout=log, stderr=log)
+        self.started["mariadbd"] = process.pid
+        self._wait(lambda: self._sql("SELECT 1", check=False).returncode == 0, "MariaDB")
+
+    def _sql(self, statement: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["mariadb", f"--socket={self.state / 'mysql.sock'}", "-u", "root", "-e", statement],
+                              check=check, capture_output=True, text=True)
+
+    def _wait(self, ready, what: str, timeout: float = 60) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if ready():
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"timed out waiting for {what}; see the logs in {self.state}")
+
+    def stop(self) -> None:
+        """SIGTERM to every daemon this script started, newest first, by process id."""
+        for name in reversed(list(self.started)):
+            pid = self.started[name]
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            for _ in range(100):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        self.started.clear()
+
+
+# ---- the check -----------------------------------------------------------------------------
+
+def snakemake(workdir: Path, config: Path, *args: str, env=None) -> subprocess.CompletedProcess:
+    command = [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"),
+               "--directory", str(workdir), "--configfile", str(config), *args]
+    print("$", " ".join(command), flush=True)
+    return subprocess.run(command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+SLURM_ARGS = (
+    "--profile", "profiles/slurm",
+    # the profile's cluster values for this one node: one partition, no GPU, small jobs
+    "--default-resources", f"slurm_partition={PARTITION}", "mem_mb=1000", "runtime=30",
+    "--set-resources", f"train_cell:slurm_partition={PARTITION}", "train_cell:gpu=0", "train_cell:mem_mb=1500",
+    "--set-threads", "train_cell=1",
+    "--slurm-init-seconds-before-status-checks", "5",
+    "--latency-wait", "5",
+)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=REPO / "tests/data/tiny_config.yaml")
+    parser.add_argument("--keep", action="store_true", help="keep the state directory and the results")
+    parser.add_argument("--scancel", action="store_true", help="cancel a training job mid-run, rerun, check it resumed")
+    args = parser.parse_args(argv)
+    ensure_installed()
+    state = Path(tempfile.mkdtemp(prefix="fedbench-slurm-"))
+    cluster = Cluster(state / "cluster")
+    started = time.time()
+    try:
+        cluster.start()
+        print(f"slurm-local: cluster up in {time.time() - started:.1f} s (state in {state})", flush=True)
+        t0 = time.time()
+        local = snakemake(state / "local", args.config.resolve(), "--cores", "2", "tables")
+        if local.returncode:
+            print(local.stdout[-4000:])
+            return 1
+        print(f"slurm-local: local run {time.time() - t0:.1f} s", flush=True)
+        t0 = time.time()
+        on_slurm = snakemake(state / "slurm", args.config.resolve(), *SLURM_ARGS, "tables", env=cluster.env)
+        (state / "slurm_run.log").write_text(on_slurm.stdout)
+        elapsed = time.time() - t0
+        if on_slurm.returncode:
+            print(on_slurm.stdout[-6000:])
+            return 1
+        jobs = planned_jobs(on_slurm.stdout)
+        accounted = parse_sacct(cluster.run("sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State",
+                                            "--starttime", "now-1days").stdout)
+        completed = [j for j, s in accounted.items() if s == "COMPLETED"]
+        print(f"slurm-local: SLURM run {elapsed:.1f} s, {jobs} Snakemake jobs, sacct: {len(accounted)} jobs "
+              f"({len(completed)} COMPLETED)", flush=True)
+        problems = table_differences(state / "local" / "results", state / "slurm" / "results")
+        ok = jobs > 0 and len(completed) == len(accounted) == jobs and not problems
+        if problems:
+            print(f"slurm-local: tables differ: {problems}")
+        print(f"slurm-local: {'OK' if ok else 'FAILED'} (total {time.time() - started:.1f} s)")
+        return 0 if ok else 1
+    finally:
+        cluster.stop()
+        if args.keep:
+            print(f"slurm-local: state kept in {state}")
+        else:
+            shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

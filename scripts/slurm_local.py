@@ -112,6 +112,11 @@ def slurmdbd_conf(state: Path, *, host: str, dbd_port: int, db_port: int, db_use
     ])
 
 
+def srun_shim(conf: Path, srun: str) -> str:
+    """A ``srun`` that sets SLURM_CONF to ``conf`` and runs the real ``srun``."""
+    return f'#!/bin/sh\nexport SLURM_CONF="{conf}"\nexec "{srun}" "$@"\n'
+
+
 def parse_sacct(text: str) -> dict[str, str]:
     """``sacct -X --parsable2 --noheader --format=JobIdRaw,State`` output -> {job id: state}
     (``CANCELLED by 0`` -> ``CANCELLED``; blank lines ignored)."""
@@ -179,7 +184,19 @@ class Cluster:
 
     def __post_init__(self):
         self.ports = {name: free_port() for name in ("ctld", "slurmd", "dbd", "db")}
-        self.env = {**os.environ, "SLURM_CONF": str(self.state / "slurm.conf")}
+        # snakemake-executor-plugin-slurm-jobstep starts each rule inside the job with ``srun`` and
+        # removes every SLURM_* variable but a few job ids from srun's environment, SLURM_CONF
+        # included; a real cluster has its slurm.conf where srun looks by default (/etc/slurm) or
+        # runs configless, this one keeps it in the state directory -- so the jobs find an ``srun``
+        # first on PATH that puts SLURM_CONF back and runs the real one.
+        self.env = {**os.environ, "SLURM_CONF": str(self.state / "slurm.conf"),
+                    "PATH": f"{self.state / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def write_srun_shim(self) -> None:
+        (self.state / "bin").mkdir(parents=True, exist_ok=True)
+        shim = self.state / "bin" / "srun"
+        shim.write_text(srun_shim(self.state / "slurm.conf", shutil.which("srun") or "/usr/bin/srun"))
+        shim.chmod(0o755)
 
     def run(self, *command: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(command, env=self.env, check=check, text=True, capture_output=True, **kw)
@@ -197,6 +214,7 @@ class Cluster:
         s = self.state
         for d in ("slurmctld", "slurmd", "mysql"):
             (s / d).mkdir(parents=True, exist_ok=True)
+        self.write_srun_shim()
         key = s / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
@@ -290,6 +308,61 @@ SLURM_ARGS = (
 )
 
 
+CANCEL_CELL = "results/runs/tiny/digits/iid/mlr/fedavg/seed0"  # a cell of tests/data/tiny_config.yaml
+
+
+def long_config(base: Path, out: Path) -> Path:
+    """``base`` with training long enough to cancel mid-cell, checkpointed every 10 rounds."""
+    import yaml
+
+    config = yaml.safe_load(base.read_text())
+    for experiment in config["experiments"].values():
+        experiment.setdefault("training", {}).update(rounds=1500, eval_every=250, checkpoint_every=10)
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
+def scancel_and_resume(cluster: Cluster, state: Path, config: Path) -> bool:
+    """Train one long cell through SLURM, ``scancel`` its job once a checkpoint is on disk; the
+    profile's ``retries`` resubmits it, the new job resumes from the checkpoint, and the cell's
+    results equal an uninterrupted local run's."""
+    import json
+
+    config = long_config(config, state / "long_config.yaml")
+    target = f"{CANCEL_CELL}/metrics.json"
+    local = snakemake(state / "long_local", config, "--cores", "1", target)
+    if local.returncode:
+        print(local.stdout[-4000:])
+        return False
+    command = [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"), "--directory",
+               str(state / "long_slurm"), "--configfile", str(config), *SLURM_ARGS, target]
+    print("$", " ".join(command), flush=True)
+    log = open(state / "scancel_run.log", "w")
+    process = subprocess.Popen(command, cwd=REPO, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    checkpoint = state / "long_slurm" / CANCEL_CELL / "checkpoint.pt"
+    deadline = time.time() + 600
+    while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    running = cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.split()
+    for job in running:
+        cluster.run("scancel", job)
+    print(f"slurm-local: scancel {' '.join(running)} with {checkpoint.name} on disk", flush=True)
+    process.wait(timeout=900)
+    log.close()
+    job_logs = "".join(p.read_text() for p in (state / "long_slurm" / "results" / "logs" / "train").glob("**/*.log"))
+    resumed = "resuming from" in job_logs
+    run = state / "long_slurm" / CANCEL_CELL
+    equal = False
+    if process.returncode == 0 and (run / "metrics.json").exists():
+        drop = ("wall_time_s", "peak_memory")
+        a, b = (json.loads((root / CANCEL_CELL / "metrics.json").read_text()) for root in (state / "long_local", state / "long_slurm"))
+        equal = {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop} and all(
+            (state / "long_local" / CANCEL_CELL / name).read_bytes() == (run / name).read_bytes() for name in ("history.csv", "clients.csv"))
+    print(f"slurm-local: cancelled job {'resumed' if resumed else 'did NOT resume'} from its checkpoint; "
+          f"results {'equal' if equal else 'DIFFER from'} the uninterrupted local run's", flush=True)
+    return bool(running) and resumed and equal
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=REPO / "tests/data/tiny_config.yaml")
@@ -326,6 +399,10 @@ def main(argv=None) -> int:
         ok = jobs > 0 and len(completed) == len(accounted) == jobs and not problems
         if problems:
             print(f"slurm-local: tables differ: {problems}")
+        if args.scancel:
+            t0 = time.time()
+            ok = scancel_and_resume(cluster, state, args.config.resolve()) and ok
+            print(f"slurm-local: scancel check {time.time() - t0:.1f} s", flush=True)
         print(f"slurm-local: {'OK' if ok else 'FAILED'} (total {time.time() - started:.1f} s)")
         return 0 if ok else 1
     finally:

@@ -187,3 +187,17 @@ def test_tables_show_diverged_cells(tmp_path, partition):
     assert "| diverged |" in to_markdown(alone)
     both = summarise(load_metrics([tmp_path / "seed0" / "metrics.json", tmp_path / "seed1.json"]))
     assert both["accuracy"].tolist() == ["50.00 ± 0.00 (1/2 diverged)"]
+
+
+def test_curves_draw_around_a_diverged_run(tmp_path, partition):
+    """The curve figure of an experiment with a diverged seed is drawn from the other runs."""
+    from fedbench.results.figures import Curve, load_histories, plot_training_curves
+
+    config = json.loads(json.dumps(CONFIG))
+    config["seeds"] = [0, 1]
+    run_cell(config, Cell("blowup", "digits", "dir", "mlp", "fedavg", 0), partition, tmp_path / "seed0")
+    config["experiments"]["blowup"]["training"]["lr"] = 0.1
+    run_cell(config, Cell("blowup", "digits", "dir", "mlp", "fedavg", 1), partition, tmp_path / "seed1")
+    histories = load_histories([tmp_path / "seed0", tmp_path / "seed1"])
+    plot_training_curves(histories, tmp_path / "curves.png", [Curve("fedavg", "FedAvg", "acc_mean", "train_loss_pooled")])
+    assert (tmp_path / "curves.png").stat().st_size > 0

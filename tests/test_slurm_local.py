@@ -62,3 +62,16 @@ def test_table_differences_ignore_only_the_wall_time(tmp_path):
     write(tmp_path / "c", 0.6, 1.0, "y")
     assert slurm_local.table_differences(tmp_path / "a", tmp_path / "b") == []
     assert slurm_local.table_differences(tmp_path / "a", tmp_path / "c") == ["tables/results.md", "tables/results.csv"]
+
+
+def test_srun_shim_sets_the_config_and_runs_the_real_srun(tmp_path):
+    import subprocess
+
+    fake = tmp_path / "real_srun"
+    fake.write_text('#!/bin/sh\necho "$SLURM_CONF" "$@"\n')
+    fake.chmod(0o755)
+    shim = tmp_path / "srun"
+    shim.write_text(slurm_local.srun_shim(tmp_path / "slurm.conf", str(fake)))
+    shim.chmod(0o755)
+    out = subprocess.run([str(shim), "-n", "1", "a b"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    assert out == f"{tmp_path / 'slurm.conf'} -n 1 a b\n"

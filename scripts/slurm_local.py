@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
@@ -129,15 +130,17 @@ def parse_sacct(text: str) -> dict[str, str]:
     return states
 
 
-def planned_jobs(snakemake_output: str) -> int:
-    """The ``total`` of a Snakemake run's job-stats table (0 when there is none)."""
-    if "Job stats:" not in snakemake_output:
-        return 0
-    for line in snakemake_output.split("Job stats:", 1)[1].splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "total":
-            return int(parts[1])
-    return 0
+TARGET_RULES = ("all", "partitions", "encoders", "train", "tables")  # the Snakefile's rules without an action
+
+
+def run_jobs(snakemake_output: str) -> tuple[list[str], list[str], list[str]]:
+    """From a Snakemake run's output: the rules of the jobs it ran through the executor
+    (``rule x:``), those it ran on the submitting host (``localrule x:``), and the SLURM job ids
+    it submitted (``Job n has been submitted with SLURM jobid m``)."""
+    remote = re.findall(r"^rule (\w+):$", snakemake_output, flags=re.M)
+    local = re.findall(r"^localrule (\w+):$", snakemake_output, flags=re.M)
+    submitted = re.findall(r"^Job \d+ has been submitted with SLURM jobid (\d+)", snakemake_output, flags=re.M)
+    return remote, local, submitted
 
 
 def table_differences(local: Path, other: Path) -> list[str]:
@@ -308,6 +311,7 @@ SLURM_ARGS = (
 )
 
 
+SLURM_NOTICE_S = 240  # how long Snakemake gets to notice a cancelled job (the plugin polls every <= 180 s)
 CANCEL_CELL = "results/runs/tiny/digits/iid/mlr/fedavg/seed0"  # a cell of tests/data/tiny_config.yaml
 
 
@@ -322,10 +326,23 @@ def long_config(base: Path, out: Path) -> Path:
     return out
 
 
+def job_pids(cluster: Cluster, jobs: list[str]) -> list[int]:
+    """The process ids SLURM's ``scontrol listpids`` gives for ``jobs``."""
+    pids = []
+    for job in jobs:
+        for line in cluster.run("scontrol", "listpids", job, check=False).stdout.splitlines()[1:]:
+            if line.split() and line.split()[0].isdigit():
+                pids.append(int(line.split()[0]))
+    return pids
+
+
 def scancel_and_resume(cluster: Cluster, state: Path, config: Path) -> bool:
-    """Train one long cell through SLURM, ``scancel`` its job once a checkpoint is on disk; the
-    profile's ``retries`` resubmits it, the new job resumes from the checkpoint, and the cell's
-    results equal an uninterrupted local run's."""
+    """Train one long cell through SLURM and ``scancel`` its job once a checkpoint is on disk.
+    snakemake-executor-plugin-slurm 2.8.0 does not see that job end: ``sacct`` reports it as
+    ``CANCELLED by <uid>``, which is not among the plugin's failure states (plain ``CANCELLED``,
+    ``TIMEOUT``, ... are), so it keeps waiting.  After SLURM_NOTICE_S the script interrupts
+    Snakemake as Ctrl-C would and runs the same command again; the new job must resume from the
+    checkpoint and the cell's results must equal an uninterrupted local run's."""
     import json
 
     config = long_config(config, state / "long_config.yaml")
@@ -344,21 +361,43 @@ def scancel_and_resume(cluster: Cluster, state: Path, config: Path) -> bool:
     while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     running = cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.split()
+    pids = job_pids(cluster, running)
     for job in running:
         cluster.run("scancel", job)
     print(f"slurm-local: scancel {' '.join(running)} with {checkpoint.name} on disk", flush=True)
-    process.wait(timeout=900)
+    try:
+        process.wait(timeout=SLURM_NOTICE_S)
+        noticed = True
+    except subprocess.TimeoutExpired:
+        noticed = False
+        print(f"slurm-local: Snakemake still waits for the cancelled job after {SLURM_NOTICE_S} s; interrupting it", flush=True)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=300)
     log.close()
+    time.sleep(2)
+    leftovers = []
+    for pid in pids:  # proctrack/linuxproc loses processes whose parent died first: end them by pid
+        try:
+            os.kill(pid, signal.SIGKILL)
+            leftovers.append(pid)
+        except ProcessLookupError:
+            pass
+    if leftovers:
+        print(f"slurm-local: killed {len(leftovers)} process(es) of the cancelled job that outlived it", flush=True)
+    if process.returncode != 0 or not noticed:
+        rerun = subprocess.run(command, cwd=REPO, env=cluster.env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        (state / "scancel_rerun.log").write_text(rerun.stdout)
+        if rerun.returncode:
+            print(rerun.stdout[-4000:])
+            return False
     job_logs = "".join(p.read_text() for p in (state / "long_slurm" / "results" / "logs" / "train").glob("**/*.log"))
     resumed = "resuming from" in job_logs
     run = state / "long_slurm" / CANCEL_CELL
-    equal = False
-    if process.returncode == 0 and (run / "metrics.json").exists():
-        drop = ("wall_time_s", "peak_memory")
-        a, b = (json.loads((root / CANCEL_CELL / "metrics.json").read_text()) for root in (state / "long_local", state / "long_slurm"))
-        equal = {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop} and all(
-            (state / "long_local" / CANCEL_CELL / name).read_bytes() == (run / name).read_bytes() for name in ("history.csv", "clients.csv"))
-    print(f"slurm-local: cancelled job {'resumed' if resumed else 'did NOT resume'} from its checkpoint; "
+    drop = ("wall_time_s", "peak_memory")
+    a, b = (json.loads((root / CANCEL_CELL / "metrics.json").read_text()) for root in (state / "long_local", state / "long_slurm"))
+    equal = {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop} and all(
+        (state / "long_local" / CANCEL_CELL / name).read_bytes() == (run / name).read_bytes() for name in ("history.csv", "clients.csv"))
+    print(f"slurm-local: the rerun {'resumed' if resumed else 'did NOT resume'} the cancelled cell from its checkpoint; "
           f"results {'equal' if equal else 'DIFFER from'} the uninterrupted local run's", flush=True)
     return bool(running) and resumed and equal
 
@@ -389,14 +428,17 @@ def main(argv=None) -> int:
         if on_slurm.returncode:
             print(on_slurm.stdout[-6000:])
             return 1
-        jobs = planned_jobs(on_slurm.stdout)
+        remote, local_rules, submitted = run_jobs(on_slurm.stdout)
         accounted = parse_sacct(cluster.run("sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State",
                                             "--starttime", "now-1days").stdout)
-        completed = [j for j, s in accounted.items() if s == "COMPLETED"]
-        print(f"slurm-local: SLURM run {elapsed:.1f} s, {jobs} Snakemake jobs, sacct: {len(accounted)} jobs "
-              f"({len(completed)} COMPLETED)", flush=True)
+        completed = sorted(j for j, s in accounted.items() if s == "COMPLETED")
+        print(f"slurm-local: SLURM run {elapsed:.1f} s: {len(remote)} jobs with an action, {len(submitted)} submitted "
+              f"with sbatch, sacct: {len(completed)} of {len(accounted)} COMPLETED; on the submitting host only "
+              f"{sorted(set(local_rules))}", flush=True)
+        through_sbatch = len(remote) == len(submitted) == len(completed) == len(accounted) > 0 and sorted(submitted) == completed
+        through_sbatch = through_sbatch and set(local_rules) <= set(TARGET_RULES)
         problems = table_differences(state / "local" / "results", state / "slurm" / "results")
-        ok = jobs > 0 and len(completed) == len(accounted) == jobs and not problems
+        ok = through_sbatch and not problems
         if problems:
             print(f"slurm-local: tables differ: {problems}")
         if args.scancel:

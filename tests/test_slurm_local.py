@@ -45,10 +45,12 @@ def test_parse_sacct():
     assert slurm_local.parse_sacct(text) == {"12": "COMPLETED", "13": "CANCELLED", "14": "RUNNING", "15": ""}
 
 
-def test_planned_jobs():
-    output = "Job stats:\njob           count\n----------  -------\npartition         2\ntrain_cell        4\ntotal             6\n\nSelect jobs"
-    assert slurm_local.planned_jobs(output) == 6
-    assert slurm_local.planned_jobs("Nothing to be done") == 0
+def test_run_jobs():
+    output = "\n".join([
+        "rule partition:", "    output: x", "Job 2 has been submitted with SLURM jobid 11 (log: a).",
+        "rule train_cell:", "Job 1 has been submitted with SLURM jobid 12 (log: b).", "localrule tables:", "rules: no",
+    ])
+    assert slurm_local.run_jobs(output) == (["partition", "train_cell"], ["tables"], ["11", "12"])
 
 
 def test_table_differences_ignore_only_the_wall_time(tmp_path):

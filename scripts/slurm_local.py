@@ -300,15 +300,22 @@ def snakemake(workdir: Path, config: Path, *args: str, env=None) -> subprocess.C
     return subprocess.run(command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-SLURM_ARGS = (
-    "--profile", "profiles/slurm",
-    # the profile's cluster values for this one node: one partition, no GPU, small jobs
-    "--default-resources", f"slurm_partition={PARTITION}", "mem_mb=1000", "runtime=30",
-    "--set-resources", f"train_cell:slurm_partition={PARTITION}", "train_cell:gpu=0", "train_cell:mem_mb=1500",
-    "--set-threads", "train_cell=1",
-    "--slurm-init-seconds-before-status-checks", "5",
-    "--latency-wait", "5",
-)
+def slurm_args(train_runtime: int = 30, retries: int | None = None) -> tuple[str, ...]:
+    """``--profile profiles/slurm`` with the profile's cluster values for this one node: one
+    partition, no GPU, small jobs; training jobs limited to ``train_runtime`` minutes."""
+    return (
+        "--profile", "profiles/slurm",
+        "--default-resources", f"slurm_partition={PARTITION}", "mem_mb=1000", "runtime=30",
+        "--set-resources", f"train_cell:slurm_partition={PARTITION}", "train_cell:gpu=0", "train_cell:mem_mb=1500",
+        f"train_cell:runtime={train_runtime}",
+        "--set-threads", "train_cell=1",
+        "--slurm-init-seconds-before-status-checks", "5",
+        "--latency-wait", "5",
+        *(("--retries", str(retries)) if retries is not None else ()),
+    )
+
+
+SLURM_ARGS = slurm_args()
 
 
 SLURM_NOTICE_S = 240  # how long Snakemake gets to notice a cancelled job (the plugin polls every <= 180 s)
@@ -402,11 +409,47 @@ def scancel_and_resume(cluster: Cluster, state: Path, config: Path) -> bool:
     return bool(running) and resumed and equal
 
 
+def same_cell(a: Path, b: Path) -> bool:
+    """The cell ``CANCEL_CELL`` has the same results under the results parents ``a`` and ``b``."""
+    import json
+
+    drop = ("wall_time_s", "peak_memory")
+    ma, mb = (json.loads((root / CANCEL_CELL / "metrics.json").read_text()) for root in (a, b))
+    return {k: v for k, v in ma.items() if k not in drop} == {k: v for k, v in mb.items() if k not in drop} and all(
+        (a / CANCEL_CELL / name).read_bytes() == (b / CANCEL_CELL / name).read_bytes() for name in ("history.csv", "clients.csv"))
+
+
+def timeout_and_resume(cluster: Cluster, state: Path, config: Path) -> bool:
+    """Train the long cell through SLURM with a 1-minute time limit and up to 5 retries: SLURM
+    ends each attempt (``TIMEOUT``), the plugin resubmits it, each attempt continues from the
+    last checkpoint, and the results equal the uninterrupted local run's."""
+    config = long_config(config, state / "long_config.yaml")
+    target = f"{CANCEL_CELL}/metrics.json"
+    if not (state / "long_local" / target).exists():
+        local = snakemake(state / "long_local", config, "--cores", "1", target)
+        if local.returncode:
+            print(local.stdout[-4000:])
+            return False
+    run = snakemake(state / "long_timeout", config, *slurm_args(train_runtime=1, retries=5), target, env=cluster.env)
+    (state / "timeout_run.log").write_text(run.stdout)
+    states = parse_sacct(cluster.run("sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State",
+                                     "--starttime", "now-1days").stdout)
+    _, _, submitted = run_jobs(run.stdout)
+    timeouts = [j for j in submitted if states.get(j) == "TIMEOUT"]
+    logs = "".join(p.read_text() for p in (state / "long_timeout" / "results" / "logs" / "train").glob("**/*.log"))
+    ok = run.returncode == 0 and bool(timeouts) and "resuming from" in logs and same_cell(state / "long_local", state / "long_timeout")
+    print(f"slurm-local: time-limit check: {len(timeouts)} attempt(s) ended by TIMEOUT, then "
+          f"{'resumed and completed with results equal to the local run' if ok else 'FAILED (see timeout_run.log)'}", flush=True)
+    return ok
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=REPO / "tests/data/tiny_config.yaml")
     parser.add_argument("--keep", action="store_true", help="keep the state directory and the results")
     parser.add_argument("--scancel", action="store_true", help="cancel a training job mid-run, rerun, check it resumed")
+    parser.add_argument("--time-limit", action="store_true",
+                        help="train with a 1-minute SLURM time limit and retries, check each attempt resumes")
     args = parser.parse_args(argv)
     ensure_installed()
     state = Path(tempfile.mkdtemp(prefix="fedbench-slurm-"))
@@ -445,6 +488,10 @@ def main(argv=None) -> int:
             t0 = time.time()
             ok = scancel_and_resume(cluster, state, args.config.resolve()) and ok
             print(f"slurm-local: scancel check {time.time() - t0:.1f} s", flush=True)
+        if args.time_limit:
+            t0 = time.time()
+            ok = timeout_and_resume(cluster, state, args.config.resolve()) and ok
+            print(f"slurm-local: time-limit check {time.time() - t0:.1f} s", flush=True)
         print(f"slurm-local: {'OK' if ok else 'FAILED'} (total {time.time() - started:.1f} s)")
         return 0 if ok else 1
     finally:

@@ -29,10 +29,11 @@ CONFIG = {
         "ifca": {"method": "ifca", "num_clusters": 2},
         "pfedmt": {"method": "pfedmt"},
         "ditto": {"method": "ditto"},
+        "fedgen": {"method": "fedgen", "generator_epochs": 1, "teacher_iterations": 2},
     },
     "experiments": {
         "sgd": {"training": {**TRAINING, "momentum": 0.5},
-                "grid": [{"datasets": ["digits"], "partitions": ["dir"], "models": ["mlp"], "algorithms": ["fedavg", "ifca", "ditto"]}]},
+                "grid": [{"datasets": ["digits"], "partitions": ["dir"], "models": ["mlp"], "algorithms": ["fedavg", "ifca", "ditto", "fedgen"]}]},
         "plain": {"training": TRAINING,
                   "grid": [{"datasets": ["digits"], "partitions": ["dir"], "models": ["mlp"], "algorithms": ["pfedmt"]}]},
         "blowup": {"training": {**TRAINING, "lr": 1e30},
@@ -77,6 +78,7 @@ def results_of(out_dir) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     ("sgd", "ifca", "mlp"),            # clustered: cluster identities and K models in the state
     ("sgd", "ditto", "mlp_dropout"),   # per-client personal models; dropout draws torch's global stream
     ("plain", "pfedmt", "mlp"),        # pFedMT: global + every client's theta, minibatch oracle stream
+    ("sgd", "fedgen", "mlp"),          # a server-side generator network and its Adam optimiser in the state
 ])
 def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, partition, monkeypatch, experiment, algorithm, model):
     cell = Cell(experiment, "digits", "dir", model, algorithm, 0)

@@ -448,6 +448,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", type=Path, default=REPO / "tests/data/tiny_config.yaml")
     parser.add_argument("--keep", action="store_true", help="keep the state directory and the results")
     parser.add_argument("--scancel", action="store_true", help="cancel a training job mid-run, rerun, check it resumed")
+    parser.add_argument("--faults-only", action="store_true", help="skip the local-vs-SLURM table comparison")
     parser.add_argument("--time-limit", action="store_true",
                         help="train with a 1-minute SLURM time limit and retries, check each attempt resumes")
     args = parser.parse_args(argv)
@@ -458,32 +459,34 @@ def main(argv=None) -> int:
     try:
         cluster.start()
         print(f"slurm-local: cluster up in {time.time() - started:.1f} s (state in {state})", flush=True)
-        t0 = time.time()
-        local = snakemake(state / "local", args.config.resolve(), "--cores", "2", "tables")
-        if local.returncode:
-            print(local.stdout[-4000:])
-            return 1
-        print(f"slurm-local: local run {time.time() - t0:.1f} s", flush=True)
-        t0 = time.time()
-        on_slurm = snakemake(state / "slurm", args.config.resolve(), *SLURM_ARGS, "tables", env=cluster.env)
-        (state / "slurm_run.log").write_text(on_slurm.stdout)
-        elapsed = time.time() - t0
-        if on_slurm.returncode:
-            print(on_slurm.stdout[-6000:])
-            return 1
-        remote, local_rules, submitted = run_jobs(on_slurm.stdout)
-        accounted = parse_sacct(cluster.run("sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State",
-                                            "--starttime", "now-1days").stdout)
-        completed = sorted(j for j, s in accounted.items() if s == "COMPLETED")
-        print(f"slurm-local: SLURM run {elapsed:.1f} s: {len(remote)} jobs with an action, {len(submitted)} submitted "
-              f"with sbatch, sacct: {len(completed)} of {len(accounted)} COMPLETED; on the submitting host only "
-              f"{sorted(set(local_rules))}", flush=True)
-        through_sbatch = len(remote) == len(submitted) == len(completed) == len(accounted) > 0 and sorted(submitted) == completed
-        through_sbatch = through_sbatch and set(local_rules) <= set(TARGET_RULES)
-        problems = table_differences(state / "local" / "results", state / "slurm" / "results")
-        ok = through_sbatch and not problems
-        if problems:
-            print(f"slurm-local: tables differ: {problems}")
+        ok = True
+        if not args.faults_only:
+            t0 = time.time()
+            local = snakemake(state / "local", args.config.resolve(), "--cores", "2", "tables")
+            if local.returncode:
+                print(local.stdout[-4000:])
+                return 1
+            print(f"slurm-local: local run {time.time() - t0:.1f} s", flush=True)
+            t0 = time.time()
+            on_slurm = snakemake(state / "slurm", args.config.resolve(), *SLURM_ARGS, "tables", env=cluster.env)
+            (state / "slurm_run.log").write_text(on_slurm.stdout)
+            elapsed = time.time() - t0
+            if on_slurm.returncode:
+                print(on_slurm.stdout[-6000:])
+                return 1
+            remote, local_rules, submitted = run_jobs(on_slurm.stdout)
+            accounted = parse_sacct(cluster.run("sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State",
+                                                "--starttime", "now-1days").stdout)
+            completed = sorted(j for j, s in accounted.items() if s == "COMPLETED")
+            print(f"slurm-local: SLURM run {elapsed:.1f} s: {len(remote)} jobs with an action, {len(submitted)} submitted "
+                  f"with sbatch, sacct: {len(completed)} of {len(accounted)} COMPLETED; on the submitting host only "
+                  f"{sorted(set(local_rules))}", flush=True)
+            through_sbatch = len(remote) == len(submitted) == len(completed) == len(accounted) > 0 and sorted(submitted) == completed
+            through_sbatch = through_sbatch and set(local_rules) <= set(TARGET_RULES)
+            problems = table_differences(state / "local" / "results", state / "slurm" / "results")
+            ok = through_sbatch and not problems
+            if problems:
+                print(f"slurm-local: tables differ: {problems}")
         if args.scancel:
             t0 = time.time()
             ok = scancel_and_resume(cluster, state, args.config.resolve()) and ok

@@ -218,7 +218,8 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
                 "round %d/%d train_loss %.4f acc_mean %.4f acc_var %.5f global_acc %.4f",
                 t, rounds, row["train_loss"], row["acc_mean"], row["acc_var"], row["global_acc"],
             )
-        if checkpoint_every and t % checkpoint_every == 0 and t < rounds:
+        # the last round too: a job killed while writing its outputs then retrains nothing
+        if checkpoint_every and (t % checkpoint_every == 0 or t == rounds):
             save_checkpoint(checkpoint_path, {
                 "round": t, "fingerprint": run_fingerprint, "state": state, "model": model.state_dict(),
                 "rng": capture_rng(fed.generator), "history": history, "per_client": per_client, "losses": losses,

@@ -322,13 +322,13 @@ SLURM_NOTICE_S = 240  # how long Snakemake gets to notice a cancelled job (the p
 CANCEL_CELL = "results/runs/tiny/digits/iid/mlr/fedavg/seed0"  # a cell of tests/data/tiny_config.yaml
 
 
-def long_config(base: Path, out: Path) -> Path:
+def long_config(base: Path, out: Path, rounds: int = 1500) -> Path:
     """``base`` with training long enough to cancel mid-cell, checkpointed every 10 rounds."""
     import yaml
 
     config = yaml.safe_load(base.read_text())
     for experiment in config["experiments"].values():
-        experiment.setdefault("training", {}).update(rounds=1500, eval_every=250, checkpoint_every=10)
+        experiment.setdefault("training", {}).update(rounds=rounds, eval_every=250, checkpoint_every=10)
     out.write_text(yaml.safe_dump(config, sort_keys=False))
     return out
 
@@ -420,24 +420,23 @@ def same_cell(a: Path, b: Path) -> bool:
 
 
 def timeout_and_resume(cluster: Cluster, state: Path, config: Path) -> bool:
-    """Train the long cell through SLURM with a 1-minute time limit and up to 5 retries: SLURM
-    ends each attempt (``TIMEOUT``), the plugin resubmits it, each attempt continues from the
-    last checkpoint, and the results equal the uninterrupted local run's."""
-    config = long_config(config, state / "long_config.yaml")
+    """Train a cell longer than one attempt can through SLURM with a 2-minute time limit and up to
+    3 retries: SLURM ends an attempt (``TIMEOUT``), the plugin resubmits it, the next attempt
+    continues from the last checkpoint, and the results equal an uninterrupted local run's."""
+    config = long_config(config, state / "limit_config.yaml", rounds=6000)
     target = f"{CANCEL_CELL}/metrics.json"
-    if not (state / "long_local" / target).exists():
-        local = snakemake(state / "long_local", config, "--cores", "1", target)
-        if local.returncode:
-            print(local.stdout[-4000:])
-            return False
-    run = snakemake(state / "long_timeout", config, *slurm_args(train_runtime=1, retries=5), target, env=cluster.env)
+    local = snakemake(state / "limit_local", config, "--cores", "1", target)
+    if local.returncode:
+        print(local.stdout[-4000:])
+        return False
+    run = snakemake(state / "long_timeout", config, *slurm_args(train_runtime=2, retries=3), target, env=cluster.env)
     (state / "timeout_run.log").write_text(run.stdout)
     states = parse_sacct(cluster.run("sacct", "-X", "--parsable2", "--noheader", "--format=JobIdRaw,State",
                                      "--starttime", "now-1days").stdout)
     _, _, submitted = run_jobs(run.stdout)
     timeouts = [j for j in submitted if states.get(j) == "TIMEOUT"]
     logs = "".join(p.read_text() for p in (state / "long_timeout" / "results" / "logs" / "train").glob("**/*.log"))
-    ok = run.returncode == 0 and bool(timeouts) and "resuming from" in logs and same_cell(state / "long_local", state / "long_timeout")
+    ok = run.returncode == 0 and bool(timeouts) and "resuming from" in logs and same_cell(state / "limit_local", state / "long_timeout")
     print(f"slurm-local: time-limit check: {len(timeouts)} attempt(s) ended by TIMEOUT, then "
           f"{'resumed and completed with results equal to the local run' if ok else 'FAILED (see timeout_run.log)'}", flush=True)
     return ok
@@ -450,7 +449,7 @@ def main(argv=None) -> int:
     parser.add_argument("--scancel", action="store_true", help="cancel a training job mid-run, rerun, check it resumed")
     parser.add_argument("--faults-only", action="store_true", help="skip the local-vs-SLURM table comparison")
     parser.add_argument("--time-limit", action="store_true",
-                        help="train with a 1-minute SLURM time limit and retries, check each attempt resumes")
+                        help="train with a 2-minute SLURM time limit and retries, check the next attempt resumes")
     args = parser.parse_args(argv)
     ensure_installed()
     state = Path(tempfile.mkdtemp(prefix="fedbench-slurm-"))

@@ -3,6 +3,8 @@
 # make unlock        remove the lock a killed run left behind (see README, "Troubleshooting")
 # make stale         list finished cells whose code changed since they ran (ALGORITHM=name: one algorithm)
 # make rerun-stale   rerun exactly those cells (and the tables)
+# make slurm-local   start a single-node SLURM cluster here (root), run a tiny config through
+#                    profiles/slurm, compare with a local run, stop the daemons (README, "SLURM")
 #
 # Both create .venv on first use (Python >= 3.11) and re-install fedbench only when
 # pyproject.toml changes (stamp file .venv/.installed), so later calls start at once.
@@ -19,7 +21,7 @@ CONFIG ?= config/config.yaml
 CONFIGS := config/config.yaml $(filter-out config/config.yaml,$(CONFIG))
 RUN_LOG := .snakemake/log/make_run.txt
 
-.PHONY: run test report unlock stale rerun-stale clean-results
+.PHONY: run test report unlock stale rerun-stale clean-results slurm-local
 
 # On failure, a lock left by a killed run gets a plain explanation instead of Snakemake's exception.
 run: $(STAMP)
@@ -50,6 +52,10 @@ rerun-stale: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest
+
+slurm-local: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[slurm]'
+	PYTHON=$(BIN)/python scripts/slurm-local $(SLURM_LOCAL_ARGS)
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "fedbench needs Python >= 3.11; run: make PYTHON=python3.11 ...")'

@@ -429,7 +429,19 @@ TRAINING_DEFAULTS = {
     "client_chunk": None,
     "bn_aggregation": "average",
     "memory_mb": None,
+    "checkpoint_every": 25,
+    "keep_checkpoint": False,
 }
+
+# training settings that change how a run is carried out, never its numbers: left out of a cell's
+# recorded hyperparameters (and of the workflow's params, so editing them retrains nothing)
+RUN_ONLY_SETTINGS = ("checkpoint_every", "keep_checkpoint")
+
+
+def results_settings(spec: dict) -> dict:
+    """The settings a cell's numbers depend on: ``resolve_cell``'s entries without RUN_ONLY_SETTINGS."""
+    training = {k: v for k, v in spec["training"].items() if k not in RUN_ONLY_SETTINGS}
+    return {**{k: spec[k] for k in ("dataset", "partition", "model", "algorithm")}, "training": training}
 
 
 def resolve_cell(config: dict, cell: Cell) -> dict:

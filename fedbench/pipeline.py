@@ -15,7 +15,8 @@ from tqdm.auto import tqdm
 
 import fedbench
 from fedbench.algorithms import ALGORITHMS, Federation
-from fedbench.config import Cell, resolve_cell
+from fedbench.checkpoint import CHECKPOINT_NAME, capture_rng, fingerprint, load_checkpoint, restore_rng, save_checkpoint
+from fedbench.config import Cell, resolve_cell, results_settings
 from fedbench.data.partition_file import atomic_write, load_partition, save_partition
 from fedbench.data import partition_dataset
 from fedbench.data import load_dataset
@@ -124,10 +125,16 @@ def _train_scores(model, models, global_weights, data: FederatedData, everyone, 
 
 
 def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | None = None) -> dict:
-    """Train and evaluate one cell; write ``metrics.json``, ``history.csv`` and ``clients.csv`` to ``out_dir``."""
+    """Train and evaluate one cell; write ``metrics.json``, ``history.csv`` and ``clients.csv`` to ``out_dir``.
+
+    Every ``training.checkpoint_every`` rounds the run's whole state goes to ``out_dir/checkpoint.pt``
+    (:mod:`fedbench.checkpoint`); a rerun continues from there and ends with the same numbers.  A
+    round whose training loss is NaN or infinite ends the run: ``metrics.json`` says
+    ``status: diverged`` and the round, with no final numbers."""
     started = time.perf_counter()
     spec = resolve_cell(config, cell)
     training = spec["training"]
+    out = Path(out_dir)
     dev = resolve_device(device or config.get("device", "auto"))
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -167,36 +174,61 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     rounds, every, train_every = training["rounds"], training["eval_every"], training["train_eval_every"]
     history, per_client = [], {}
     losses = []
+    code = provenance(cell_roots(spec))  # version, commit, hash of the code that runs
+    checkpoint_path, checkpoint_every = out / CHECKPOINT_NAME, training["checkpoint_every"]
+    run_fingerprint = fingerprint(results_settings(spec), code["code_hash"])
+    first, spent_before, diverged = 1, 0.0, None
+    resumed = load_checkpoint(checkpoint_path, run_fingerprint, map_location=dev) if checkpoint_every else None
+    if resumed is not None:
+        state, history, per_client, losses = resumed["state"], resumed["history"], resumed["per_client"], resumed["losses"]
+        model.load_state_dict(resumed["model"])
+        restore_rng(fed.generator, resumed["rng"])
+        first, spent_before = resumed["round"] + 1, resumed["wall_time_s"]
+        log.info("resuming from %s after round %d", checkpoint_path, resumed["round"])
     log.info("cell %s on %s: %d clients, %d rounds", cell.run_dir("").lstrip("/"), dev, data.num_clients, rounds)
-    for t in tqdm(range(1, rounds + 1), desc=f"{cell.algorithm} seed{cell.seed}", unit="round", mininterval=5):
+    for t in tqdm(range(first, rounds + 1), desc=f"{cell.algorithm} seed{cell.seed}", unit="round", mininterval=5):
         state, loss = algorithm.round(fed, state, t)
         losses.append(float(loss.mean()))
-        if t % every and t != rounds:
-            continue
-        models = algorithm.client_models(fed, state, t)
-        scoring = scoring_model(fed, state) if scoring_model else model  # e.g. FeMAM's additive levels
-        personal = evaluate_clients(scoring, models, data, data.test, everyone, memory_mb=memory_mb)
-        global_weights = algorithm.global_model(fed, state)
-        pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test, memory_mb)
-        row = _history_row(t, float(np.mean(losses)), personal, pooled)
-        if data.val is not None:  # the clients' models on their validation rows (FeMAM's model selection)
-            row.update(evaluate_clients(scoring, models, data, data.val, everyone, memory_mb=memory_mb).summary("val_"))
-        if train_every is None or t % train_every == 0 or t == rounds:
-            row.update(_train_scores(scoring, models, global_weights, data, everyone, memory_mb, model))
-        clusters = getattr(algorithm, "clusters", None)
-        row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
-        adjacency = getattr(algorithm, "adjacency", None)
-        row.update(adjacency_scores(adjacency(fed, state) if adjacency else None, truth))
-        diagnostics = getattr(algorithm, "diagnostics", None)  # per-round scalars (CFL's norms, splits)
-        row.update(diagnostics(fed, state) if diagnostics else {})
-        losses.clear()
-        history.append(row)
-        per_client[t] = personal
-        log.info(
-            "round %d/%d train_loss %.4f acc_mean %.4f acc_var %.5f global_acc %.4f",
-            t, rounds, row["train_loss"], row["acc_mean"], row["acc_var"], row["global_acc"],
-        )
+        if not torch.isfinite(loss).all():  # diverged: no model worth scoring from here on
+            diverged = t
+            history.append({"round": t, "train_loss": float(np.mean(losses))})
+            log.warning("cell %s diverged at round %d (training loss %s)", cell.run_dir("").lstrip("/"), t, losses[-1])
+            break
+        if t % every == 0 or t == rounds:
+            models = algorithm.client_models(fed, state, t)
+            scoring = scoring_model(fed, state) if scoring_model else model  # e.g. FeMAM's additive levels
+            personal = evaluate_clients(scoring, models, data, data.test, everyone, memory_mb=memory_mb)
+            global_weights = algorithm.global_model(fed, state)
+            pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test, memory_mb)
+            row = _history_row(t, float(np.mean(losses)), personal, pooled)
+            if data.val is not None:  # the clients' models on their validation rows (FeMAM's model selection)
+                row.update(evaluate_clients(scoring, models, data, data.val, everyone, memory_mb=memory_mb).summary("val_"))
+            if train_every is None or t % train_every == 0 or t == rounds:
+                row.update(_train_scores(scoring, models, global_weights, data, everyone, memory_mb, model))
+            clusters = getattr(algorithm, "clusters", None)
+            row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
+            adjacency = getattr(algorithm, "adjacency", None)
+            row.update(adjacency_scores(adjacency(fed, state) if adjacency else None, truth))
+            diagnostics = getattr(algorithm, "diagnostics", None)  # per-round scalars (CFL's norms, splits)
+            row.update(diagnostics(fed, state) if diagnostics else {})
+            losses.clear()
+            history.append(row)
+            per_client[t] = personal
+            log.info(
+                "round %d/%d train_loss %.4f acc_mean %.4f acc_var %.5f global_acc %.4f",
+                t, rounds, row["train_loss"], row["acc_mean"], row["acc_var"], row["global_acc"],
+            )
+        # the last round too: a job killed while writing its outputs then retrains nothing
+        if checkpoint_every and (t % checkpoint_every == 0 or t == rounds):
+            save_checkpoint(checkpoint_path, {
+                "round": t, "fingerprint": run_fingerprint, "state": state, "model": model.state_dict(),
+                "rng": capture_rng(fed.generator), "history": history, "per_client": per_client, "losses": losses,
+                "wall_time_s": spent_before + time.perf_counter() - started,
+            })
 
+    wall_time_s = round(spent_before + time.perf_counter() - started, 3)
+    if diverged is not None:
+        return _write_diverged(spec, cell, data, dev, out, history, diverged, wall_time_s, code, checkpoint_path, training)
     history_df = pd.DataFrame(history)
     protocol = PROTOCOLS[spec["protocol"]]
     final = protocol.final(history_df)
@@ -222,17 +254,17 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
             k: (None if pd.isna(last[c]) else float(last[c]))
             for k, c in (("accuracy", "global_acc"), ("macro_f1", "global_f1"), ("loss", "global_loss"))
         },
-        "hyperparameters": {k: spec[k] for k in ("dataset", "partition", "model", "algorithm", "training")},
+        "hyperparameters": results_settings(spec),
         "num_clients": data.num_clients,
         "seed": cell.seed,
         "fedbench_version": fedbench.__version__,
         "torch_version": torch.__version__,
         "device": str(dev),
-        "wall_time_s": round(time.perf_counter() - started, 3),
+        "status": "completed",
+        "wall_time_s": wall_time_s,  # summed over the job's attempts when it resumed from a checkpoint
         "peak_memory": peak_memory_mb(dev),
-        "provenance": provenance(cell_roots(spec)),  # version, commit, hash of the code that ran
+        "provenance": code,
     }
-    out = Path(out_dir)
     if "ari" in history_df:
         metrics["clustering"] = {k: float(history_df[k].iloc[-1]) for k in ("ari", "nmi")}
     level_clusters = getattr(algorithm, "level_clusters", None)
@@ -252,5 +284,40 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     atomic_write(out / "history.csv", lambda p: history_df.to_csv(p, index=False))
     atomic_write(out / "clients.csv", lambda p: clients_df.to_csv(p, index=False))
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))
+    if not training["keep_checkpoint"]:
+        checkpoint_path.unlink(missing_ok=True)
     log.info("final (%s, round %d): accuracy %.4f", spec["protocol"], final["round"], final["accuracy"] or float("nan"))
+    return metrics
+
+
+def _write_diverged(spec, cell, data, dev, out: Path, history: list, round_: int, wall_time_s, code, checkpoint_path, training) -> dict:
+    """The outputs of a cell whose training loss became NaN or infinite at ``round_``: the history
+    up to that round (its last row has only the loss), no client scores, ``status: diverged``."""
+    history_df = pd.DataFrame(history)
+    clients_df = pd.DataFrame({
+        "client": np.arange(data.num_clients), "train_samples": data.train.counts.cpu().numpy(),
+        "test_samples": np.nan, "accuracy": np.nan, "macro_f1": np.nan, "loss": np.nan,
+    })
+    metrics = {
+        "cell": cell.as_dict(),
+        "protocol": spec["protocol"],
+        "status": "diverged",
+        "diverged_round": round_,
+        "final": {"round": round_, "accuracy": None, "macro_f1": None, "loss": None, "variance": None, "train_accuracy": None},
+        "global": {"accuracy": None, "macro_f1": None, "loss": None},
+        "hyperparameters": results_settings(spec),
+        "num_clients": data.num_clients,
+        "seed": cell.seed,
+        "fedbench_version": fedbench.__version__,
+        "torch_version": torch.__version__,
+        "device": str(dev),
+        "wall_time_s": wall_time_s,
+        "peak_memory": peak_memory_mb(dev),
+        "provenance": code,
+    }
+    atomic_write(out / "history.csv", lambda p: history_df.to_csv(p, index=False))
+    atomic_write(out / "clients.csv", lambda p: clients_df.to_csv(p, index=False))
+    atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))
+    if not training["keep_checkpoint"]:
+        checkpoint_path.unlink(missing_ok=True)
     return metrics

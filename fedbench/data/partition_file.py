@@ -78,9 +78,23 @@ def save_partition(partition: Partition, labels: np.ndarray, num_classes: int, n
     atomic_write(json_path, lambda p: Path(p).write_text(json.dumps(summary, indent=1)))
 
 
+class PartitionFileError(RuntimeError):
+    """A partition ``.npz`` that cannot be read: the message names the file and what to do."""
+
+
 def load_partition(npz_path) -> Partition:
-    with np.load(npz_path) as f:
-        parts = {name: _unragged(f[f"{name}_index"], f[f"{name}_offsets"]) for name in ("train", "test", "val") if f"{name}_index" in f}
-        groups = {key[len("group_"):]: f[key].tolist() for key in f.files if key.startswith("group_")}
-        shared = tuple(f["shared"].tolist()) if "shared" in f else ()
-    return Partition(train=parts["train"], test=parts["test"], val=parts.get("val"), groups=groups, shared=shared)
+    """The partition stored at ``npz_path``; a truncated, corrupt or incomplete file raises
+    :class:`PartitionFileError` naming it (not an error from deep inside numpy or training)."""
+    try:
+        with np.load(npz_path) as f:
+            parts = {name: _unragged(f[f"{name}_index"], f[f"{name}_offsets"]) for name in ("train", "test", "val") if f"{name}_index" in f}
+            groups = {key[len("group_"):]: f[key].tolist() for key in f.files if key.startswith("group_")}
+            shared = tuple(f["shared"].tolist()) if "shared" in f else ()
+        return Partition(train=parts["train"], test=parts["test"], val=parts.get("val"), groups=groups, shared=shared)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # zip, zlib, pickle, missing-key errors of every kind: one message
+        raise PartitionFileError(
+            f"partition file {npz_path} cannot be read ({type(error).__name__}: {error}); it is corrupt, "
+            f"truncated or from another fedbench version -- delete it and rerun to rebuild it"
+        ) from None

@@ -35,9 +35,10 @@ def load_metrics(paths: Iterable[str | Path]) -> pd.DataFrame:
         row.update({f"global_{key}": (metrics.get("global") or {}).get(key) for key in GLOBAL_METRICS})
         row.update({key: (metrics.get("clustering") or {}).get(key) for key in CLUSTER_METRICS})
         row.update(device=metrics.get("device"), wall_time_s=metrics.get("wall_time_s"))
+        row["diverged"] = metrics.get("status") == "diverged"  # NaN/inf training loss: no numbers
         rows.append(row)
     columns = CELL_COLUMNS + ["protocol"] + FINAL_METRICS + [f"global_{k}" for k in GLOBAL_METRICS] + CLUSTER_METRICS
-    runs = pd.DataFrame(rows, columns=columns + ["device", "wall_time_s"])
+    runs = pd.DataFrame(rows, columns=columns + ["device", "wall_time_s", "diverged"])
     numeric = FINAL_METRICS + [f"global_{k}" for k in GLOBAL_METRICS] + CLUSTER_METRICS + ["wall_time_s"]
     runs[numeric] = runs[numeric].apply(pd.to_numeric, errors="coerce").astype(float)
     runs["seed"] = runs["seed"].astype(int)
@@ -66,12 +67,20 @@ def format_mean_std(mean: float, std: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def _with_divergence(text: str, diverged: int, seeds: int) -> str:
+    if not diverged:
+        return text
+    return "diverged" if diverged == seeds else f"{text} ({diverged}/{seeds} diverged)"
+
+
 def summarise(runs: pd.DataFrame, orders: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """Mean and standard deviation over seeds per experiment, dataset, partition, model and algorithm.
 
     Columns: the group keys, ``seeds`` (number of runs), ``<metric>_mean`` / ``<metric>_std`` for
     accuracy, macro_f1 and global_accuracy (percent), loss and variance (means, raw units),
-    ``wall_time_s`` (mean), and ``accuracy`` formatted as ``"mean ± std"``.
+    ``wall_time_s`` (mean), ``diverged`` (runs whose loss became NaN/inf; their numbers are
+    missing, so the means are over the others), and ``accuracy`` formatted as ``"mean ± std"``,
+    ``"diverged"`` where every seed diverged, ``"mean ± std (k/n diverged)"`` where some did.
     """
     grouped = runs.groupby(GROUP_COLUMNS, sort=False, dropna=False)
     summary = grouped.size().rename("seeds").to_frame()
@@ -85,9 +94,11 @@ def summarise(runs: pd.DataFrame, orders: Mapping[str, Sequence[str]] | None = N
         summary[f"{metric}_mean"] = grouped[metric].mean()
         summary[f"{metric}_std"] = grouped[metric].std(ddof=0)
     summary["wall_time_s"] = grouped["wall_time_s"].mean()
+    summary["diverged"] = grouped["diverged"].sum().astype(int)
     summary = summary.reset_index()
     summary["accuracy"] = [
-        format_mean_std(m, s) for m, s in zip(summary["accuracy_mean"], summary["accuracy_std"])
+        _with_divergence(format_mean_std(m, s), d, n)
+        for m, s, d, n in zip(summary["accuracy_mean"], summary["accuracy_std"], summary["diverged"], summary["seeds"])
     ]
     return order_rows(summary, orders)
 

@@ -6,7 +6,7 @@ import json
 import os
 import re
 
-from fedbench.config import expand_cells, expand_partitions
+from fedbench.config import RUN_ONLY_SETTINGS, expand_cells, expand_partitions
 from fedbench.engine.memory import DEFAULT_CPU_BUDGET_MB
 from fedbench.job_memory import PROCESS_MB, train_job_mb
 
@@ -139,7 +139,7 @@ def cell_settings(wildcards):
         "model": config["models"][wildcards.model],
         "algorithm": config["algorithms"][wildcards.algorithm],
         "protocol": experiment.get("protocol"),
-        "training": experiment.get("training", {}),
+        "training": {k: v for k, v in experiment.get("training", {}).items() if k not in RUN_ONLY_SETTINGS},
     }
 
 

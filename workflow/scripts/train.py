@@ -8,15 +8,22 @@ smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
 use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
+import sys  # noqa: E402
+
+from fedbench.checkpoint import CheckpointError  # noqa: E402
 from fedbench.config import Cell  # noqa: E402
+from fedbench.data.partition_file import PartitionFileError  # noqa: E402
 from fedbench.pipeline import run_cell  # noqa: E402
 
 w = smk.wildcards
 cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))
-run_cell(
-    smk.config,
-    cell,
-    smk.input.partition,
-    os.path.dirname(smk.output.metrics),
-    device=smk.config["device"],
-)
+try:
+    run_cell(
+        smk.config,
+        cell,
+        smk.input.partition,
+        os.path.dirname(smk.output.metrics),
+        device=smk.config["device"],
+    )
+except (CheckpointError, PartitionFileError) as error:  # a damaged file: one line naming it, no traceback
+    sys.exit(f"fedbench: {error}")

@@ -1,0 +1,79 @@
+"""The helpers of scripts/slurm_local.py that need no daemon: config writing, sacct parsing,
+job counting and the table comparison (the cluster itself: ``make slurm-local``, README)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("slurm_local", REPO / "scripts" / "slurm_local.py")
+slurm_local = sys.modules["slurm_local"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(slurm_local)
+
+
+def settings(text: str) -> dict[str, str]:
+    """``Key=Value`` lines -> dict (the node and partition lines keyed by their first word)."""
+    return dict(line.split("=", 1) for line in text.splitlines() if line and " " not in line)
+
+
+def test_slurm_conf_keeps_everything_in_the_state_directory(tmp_path):
+    text = slurm_local.slurm_conf(tmp_path, host="box", cpus=3, memory_mb=1234, ctld_port=7001, slurmd_port=7002, dbd_port=7003)
+    conf = settings(text)
+    for key in ("StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile", "SlurmctldLogFile",
+                "SlurmdLogFile", "AccountingStoragePass"):
+        assert Path(conf[key]).parent == tmp_path, key
+    assert conf["AuthInfo"] == f"socket={tmp_path / 'munge.socket'}"
+    assert conf["ProctrackType"] == "proctrack/linuxproc" and conf["TaskPlugin"] == "task/none"
+    assert conf["AccountingStorageType"] == "accounting_storage/slurmdbd"  # sacct --clusters all needs it
+    assert (conf["SlurmctldPort"], conf["SlurmdPort"], conf["AccountingStoragePort"]) == ("7001", "7002", "7003")
+    assert conf["SlurmctldHost"] == "box(127.0.0.1)"
+    assert "NodeName=box NodeAddr=127.0.0.1 CPUs=3 RealMemory=1234 State=UNKNOWN" in text.splitlines()
+    assert f"PartitionName={slurm_local.PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP" in text.splitlines()
+
+
+def test_slurmdbd_conf(tmp_path):
+    conf = settings(slurm_local.slurmdbd_conf(tmp_path, host="box", dbd_port=7003, db_port=7004, db_user="u", db_password="p"))
+    assert (conf["DbdHost"], conf["DbdAddr"], conf["DbdPort"]) == ("box", "127.0.0.1", "7003")
+    assert (conf["StoragePort"], conf["StorageUser"], conf["StoragePass"]) == ("7004", "u", "p")
+    assert conf["StorageType"] == "accounting_storage/mysql"
+
+
+def test_parse_sacct():
+    text = "12|COMPLETED\n13|CANCELLED by 0\n\n14|RUNNING\n15|\n"
+    assert slurm_local.parse_sacct(text) == {"12": "COMPLETED", "13": "CANCELLED", "14": "RUNNING", "15": ""}
+
+
+def test_run_jobs():
+    output = "\n".join([
+        "rule partition:", "    output: x", "Job 2 has been submitted with SLURM jobid 11 (log: a).",
+        "rule train_cell:", "Job 1 has been submitted with SLURM jobid 12 (log: b).", "localrule tables:", "rules: no",
+    ])
+    assert slurm_local.run_jobs(output) == (["partition", "train_cell"], ["tables"], ["11", "12"])
+
+
+def test_table_differences_ignore_only_the_wall_time(tmp_path):
+    def write(root: Path, accuracy: float, wall: float, md: str):
+        (root / "tables").mkdir(parents=True)
+        pd.DataFrame({"algorithm": ["fedavg"], "accuracy_mean": [accuracy], "wall_time_s": [wall]}).to_csv(root / "tables/results.csv", index=False)
+        (root / "tables/results.md").write_text(md)
+
+    write(tmp_path / "a", 0.5, 1.0, "x")
+    write(tmp_path / "b", 0.5, 9.0, "x")
+    write(tmp_path / "c", 0.6, 1.0, "y")
+    assert slurm_local.table_differences(tmp_path / "a", tmp_path / "b") == []
+    assert slurm_local.table_differences(tmp_path / "a", tmp_path / "c") == ["tables/results.md", "tables/results.csv"]
+
+
+def test_srun_shim_sets_the_config_and_runs_the_real_srun(tmp_path):
+    import subprocess
+
+    fake = tmp_path / "real_srun"
+    fake.write_text('#!/bin/sh\necho "$SLURM_CONF" "$@"\n')
+    fake.chmod(0o755)
+    shim = tmp_path / "srun"
+    shim.write_text(slurm_local.srun_shim(tmp_path / "slurm.conf", str(fake)))
+    shim.chmod(0o755)
+    out = subprocess.run([str(shim), "-n", "1", "a b"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    assert out == f"{tmp_path / 'slurm.conf'} -n 1 a b\n"

@@ -212,6 +212,7 @@ rule paper_results_table:
         ),
     params:
         experiments=lambda w: paper_experiments(config, w.paper),
+        guide=lambda w: GUIDES[w.paper],  # the caption's "look for"
     log:
         f"{RESULTS}/logs/tables/{{paper}}_results.log",
     resources:
@@ -244,6 +245,7 @@ rule paper_scorecard:
         ),
     params:
         experiments=lambda w: paper_experiments(config, w.paper),
+        guide=lambda w: GUIDES[w.paper],  # the caption's "look for"
     log:
         f"{RESULTS}/logs/tables/{{paper}}_scorecard.log",
     resources:

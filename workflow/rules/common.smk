@@ -9,7 +9,7 @@ import re
 from fedbench.config import expand_cells, expand_partitions
 from fedbench.engine.memory import DEFAULT_CPU_BUDGET_MB
 from fedbench.job_memory import PROCESS_MB, train_job_mb
-from fedbench.results.papers import PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
+from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)

@@ -53,6 +53,7 @@ wildcard_constraints:
     algorithm=name_choices("algorithms"),
     encoder=name_choices("encoders"),
     seed=r"\d+",
+    paper="|".join(PAPERS),
 
 
 include: "workflow/rules/partitions.smk"
@@ -88,6 +89,7 @@ rule tables:
         histories=all_runs("history.csv"),
         tables=table_files(),
         scorecard=scorecard_files(),
+        by_paper=paper_table_files(),
         curves=curve_figures(),
         relatedness=clustering_figures("adjacency"),
         umap=clustering_figures("umap"),

@@ -23,6 +23,7 @@ from fedbench.models import MODELS
 from fedbench.protocols import PROTOCOLS
 from fedbench.registry import UnknownNameError
 from fedbench.results.published import PUBLISHED_CSV, link_keys, links, load_published
+from fedbench.results.papers import PAPERS
 from fedbench.validation import SCHEMA, check_finite, check_schema, load_yaml_strict
 
 # config section -> (key naming the builder, registry, keys handled outside the builder)
@@ -117,6 +118,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
         _check_ignored_training(config, experiment, spec, algorithms)
         _check_repeated_cells(experiment, spec)
         _check_published_links(experiment, spec)
+        _check_paper(experiment, spec)
         _check_bn_aggregation(config, experiment, spec)
         _check_rounds_and_models(config, experiment, spec, client_counts)
     _check_feasible(config)
@@ -275,6 +277,22 @@ def _check_published_links(experiment: str, spec: dict) -> None:
                 f"experiments.{experiment}.published.{axis}: {', '.join(stray)} not in the experiment's grid "
                 f"{declared} ({', '.join(sorted(in_grid))})"
             )
+
+
+def _check_paper(experiment: str, spec: dict) -> None:
+    """``paper:`` names a known paper (fedbench.results.papers.PAPERS) and agrees with the
+    ``published`` block's paper: an experiment's report category is the paper it is scored against."""
+    paper = spec.get("paper")
+    if paper is None:
+        return
+    if paper not in PAPERS:
+        raise ConfigError(f"experiments.{experiment}.paper: unknown paper {paper!r}; valid choices: {', '.join(PAPERS)}")
+    linked = (spec.get("published") or {}).get("paper")
+    if linked is not None and linked != paper:
+        raise ConfigError(
+            f"experiments.{experiment}.paper: {paper!r} but its published block links to {linked!r}'s numbers; "
+            f"one experiment reproduces one paper"
+        )
 
 
 def _check_bn_aggregation(config: dict, experiment: str, spec: dict) -> None:

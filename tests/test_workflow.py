@@ -141,12 +141,27 @@ def test_nothing_to_do_after_a_run(tiny_run):
     assert "Nothing to be done" in process.stdout
 
 
+def report_categories(html: str) -> dict[str, dict[str, list[str]]]:
+    """The report's categories as Snakemake embeds them: {category: {subcategory: [file, ...]}}."""
+    match = re.search(r"var categories = (\{.*?\});\s*</script>", html, re.S)
+    assert match, "no categories in the report"
+    return json.loads(match[1])
+
+
 def test_report_is_built(tiny_run):
+    """The tiny experiment names no paper and links no published numbers: the default suite, one category."""
     report = tiny_run / "report.html"
     snakemake(tiny_run, "--report", str(report), configfile=tiny_run / "tiny_config.yaml")
     html = report.read_text(errors="replace")
     assert len(html) > 10_000
-    assert "curves_tiny.png" in html and "results.csv" in html
+    categories = report_categories(html)
+    assert set(categories) == {"Default suite"}
+    suite = categories["Default suite"]
+    assert set(suite) == {"Tables", "Accuracy curves", "Partitions"}
+    assert {Path(p).name for p in suite["Tables"]} == {"results.csv", "results.md"}
+    assert all("/tables/default/" in p for p in suite["Tables"])  # the paper's own rows
+    assert [Path(p).name for p in suite["Accuracy curves"]] == ["curves_tiny.png"]
+    assert len(suite["Partitions"]) == 2
 
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -197,7 +212,8 @@ def test_scorecard_rule_writes_every_metric_and_the_coverage(linked_report):
 
 def test_report_opens_on_the_reproduction_status_in_a_browser(linked_report, tmp_path):
     """The report in a real headless browser: the landing page shows the coverage line, the
-    categories are there, and a screenshot of the landing page is kept (FEDBENCH_TEST_ARTIFACTS,
+    categories are there (the reproduction status, then one per paper: the tiny experiment is
+    linked to FLT's numbers, so its tables, scorecard, curves and partitions are FLT's), and a screenshot of the landing page is kept (FEDBENCH_TEST_ARTIFACTS,
     else the test's temporary directory).  Skipped where no Chromium is installed
     (Debian: ``apt-get install chromium``)."""
     import os
@@ -213,8 +229,14 @@ def test_report_opens_on_the_reproduction_status_in_a_browser(linked_report, tmp
     line = total_line(pd.read_csv(linked_report / "results" / "tables" / "coverage.csv"))
     landing = dom[dom.index('class="document"'):]  # the rendered landing page, not the embedded data
     assert f"<strong>{line}</strong>" in landing and landing.index(line) < landing.index("federated learning under non-IID data")
-    for category in ("Reproduction status", "Tables", "Figures", "Partitions"):
+    for category in ("Reproduction status", "FLT"):  # the menu: the status and the paper the experiment is linked to
         assert f"<span>{category}</span>" in dom, category
+    categories = report_categories((linked_report / "report.html").read_text(errors="replace"))
+    assert set(categories) == {"Reproduction status", "FLT"}
+    flt = categories["FLT"]
+    assert set(flt) == {"Tables", "Accuracy curves", "Partitions"}
+    assert {Path(p).name for p in flt["Tables"]} == {"results.csv", "results.md", "scorecard.csv", "scorecard.md"}
+    assert all("/tables/flt/" in p for p in flt["Tables"])
     artifacts = Path(os.environ.get("FEDBENCH_TEST_ARTIFACTS", tmp_path))
     artifacts.mkdir(parents=True, exist_ok=True)
     screenshot = artifacts / "report_landing.png"
@@ -230,7 +252,8 @@ def test_editing_a_partition_reruns_only_what_depends_on_it(tiny_run, tmp_path):
     edited = write_config(tiny_run / "edited_config.yaml", config)
     process = snakemake(tiny_run, "-n", configfile=edited)
     assert planned_jobs(process.stdout) == {
-        "partition": 1, "partition_heatmap": 1, "train_cell": 2, "results_table": 1, "accuracy_curves": 1, "all": 1,
+        "partition": 1, "partition_heatmap": 1, "train_cell": 2, "results_table": 1, "paper_results_table": 1,
+        "accuracy_curves": 1, "all": 1,
     }, process.stdout[-3000:]
 
 
@@ -242,7 +265,9 @@ def test_tables_rebuild_a_deleted_run(tiny_run):
     before = table.stat().st_mtime
     shutil.rmtree(run)
     process = snakemake(tiny_run, "-n", "tables", configfile=configfile)
-    assert planned_jobs(process.stdout) == {"train_cell": 1, "results_table": 1, "accuracy_curves": 1, "tables": 1}, process.stdout[-3000:]
+    assert planned_jobs(process.stdout) == {
+        "train_cell": 1, "results_table": 1, "paper_results_table": 1, "accuracy_curves": 1, "tables": 1,
+    }, process.stdout[-3000:]
     snakemake(tiny_run, "--cores", "2", "tables", configfile=configfile)
     assert json.loads((run / "metrics.json").read_text())["cell"]["algorithm"] == "fedavg"
     assert table.stat().st_mtime > before and len(pd.read_csv(table)) == 4

@@ -6,18 +6,9 @@ rule results_table:
         metrics=all_runs("metrics.json"),
         code=results_sources(),
     output:
-        csv=report(
-            f"{RESULTS}/tables/results.csv",
-            caption="../report/results_table.rst",
-            category="Tables",
-            labels={"table": "results", "format": "CSV"},
-        ),
-        md=report(
-            f"{RESULTS}/tables/results.md",
-            caption="../report/results_table.rst",
-            category="Tables",
-            labels={"table": "results", "format": "Markdown"},
-        ),
+        # every experiment's rows; the report shows each paper's own (rule paper_results_table)
+        csv=f"{RESULTS}/tables/results.csv",
+        md=f"{RESULTS}/tables/results.md",
     log:
         f"{RESULTS}/logs/tables/results.log",
     resources:
@@ -38,7 +29,7 @@ rule accuracy_curves:
         png=report(
             f"{RESULTS}/figures/curves_{{experiment}}.png",
             caption="../report/accuracy_curves.rst",
-            category="Figures",
+            category=experiment_category,
             subcategory="Accuracy curves",
             labels={"experiment": "{experiment}", "figure": "accuracy vs round"},
         ),
@@ -62,9 +53,9 @@ rule relatedness_figure:
         png=report(
             f"{RESULTS}/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}.png",
             caption="../report/relatedness.rst",
-            category="Client relatedness",
-            subcategory="{experiment}",
-            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
+            category=experiment_category,
+            subcategory="Client relatedness",
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
         ),
     params:
         kind="adjacency",
@@ -88,9 +79,9 @@ rule umap_figure:
         png=report(
             f"{RESULTS}/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_umap.png",
             caption="../report/umap.rst",
-            category="Client relatedness",
-            subcategory="{experiment}",
-            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
+            category=experiment_category,
+            subcategory="Client relatedness",
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
         ),
     params:
         kind="umap",
@@ -114,9 +105,9 @@ rule assignments_figure:
         png=report(
             f"{RESULTS}/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_assignments.png",
             caption="../report/assignments.rst",
-            category="Cluster assignments",
-            subcategory="{experiment}",
-            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
+            category=experiment_category,
+            subcategory="Cluster assignments",
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
         ),
     params:
         kind="assignments",
@@ -138,18 +129,9 @@ rule scorecard:
         published=PUBLISHED_CSV,
         code=results_sources(),
     output:
-        csv=report(
-            f"{RESULTS}/tables/scorecard.csv",
-            caption="../report/scorecard.rst",
-            category="Tables",
-            labels={"table": "scorecard", "format": "CSV"},
-        ),
-        md=report(
-            f"{RESULTS}/tables/scorecard.md",
-            caption="../report/scorecard.rst",
-            category="Tables",
-            labels={"table": "scorecard", "format": "Markdown"},
-        ),
+        # every linked experiment's rows; the report shows each paper's own (rule paper_scorecard)
+        csv=f"{RESULTS}/tables/scorecard.csv",
+        md=f"{RESULTS}/tables/scorecard.md",
         # coverage per paper and table; coverage.rst opens the report's landing page (workflow.rst)
         coverage_csv=report(
             f"{RESULTS}/tables/coverage.csv",
@@ -184,16 +166,16 @@ rule femam_structure_figure:
         structure=report(
             f"{RESULTS}/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_structure.png",
             caption="../report/femam_structure.rst",
-            category="FeMAM structure",
-            subcategory="{experiment}",
-            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels x clients"},
+            category=experiment_category,
+            subcategory="FeMAM structure",
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels x clients"},
         ),
         levels=report(
             f"{RESULTS}/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_levels.png",
             caption="../report/femam_levels.rst",
-            category="FeMAM structure",
-            subcategory="{experiment}",
-            labels={"dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels vs rounds"},
+            category=experiment_category,
+            subcategory="FeMAM structure",
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels vs rounds"},
         ),
     log:
         "logs/figures/femam/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}.log",
@@ -204,3 +186,72 @@ rule femam_structure_figure:
         "../../envs/fedbench.yaml"
     script:
         "../scripts/femam_figures.py"
+
+
+# ---- the report by paper: each paper's category holds its own rows of the tables --------------
+
+
+rule paper_results_table:
+    input:
+        csv=f"{RESULTS}/tables/results.csv",
+        code=results_sources(),
+    output:
+        csv=report(
+            f"{RESULTS}/tables/{{paper}}/results.csv",
+            caption="../report/results_table.rst",
+            category=lambda w: category(w.paper),
+            subcategory="Tables",
+            labels={"table": "results", "format": "CSV"},
+        ),
+        md=report(
+            f"{RESULTS}/tables/{{paper}}/results.md",
+            caption="../report/results_table.rst",
+            category=lambda w: category(w.paper),
+            subcategory="Tables",
+            labels={"table": "results", "format": "Markdown"},
+        ),
+    params:
+        experiments=lambda w: paper_experiments(config, w.paper),
+        guide=lambda w: GUIDES[w.paper],  # the caption's "look for"
+    log:
+        f"{RESULTS}/logs/tables/{{paper}}_results.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/paper_tables.py"
+
+
+rule paper_scorecard:
+    input:
+        csv=f"{RESULTS}/tables/scorecard.csv",
+        code=results_sources(),
+    output:
+        csv=report(
+            f"{RESULTS}/tables/{{paper}}/scorecard.csv",
+            caption="../report/scorecard.rst",
+            category=lambda w: category(w.paper),
+            subcategory="Tables",
+            labels={"table": "scorecard", "format": "CSV"},
+        ),
+        md=report(
+            f"{RESULTS}/tables/{{paper}}/scorecard.md",
+            caption="../report/scorecard.rst",
+            category=lambda w: category(w.paper),
+            subcategory="Tables",
+            labels={"table": "scorecard", "format": "Markdown"},
+        ),
+    params:
+        experiments=lambda w: paper_experiments(config, w.paper),
+        guide=lambda w: GUIDES[w.paper],  # the caption's "look for"
+    log:
+        f"{RESULTS}/logs/tables/{{paper}}_scorecard.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/paper_tables.py"

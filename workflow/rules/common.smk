@@ -9,6 +9,7 @@ import re
 from fedbench.config import RUN_ONLY_SETTINGS, expand_cells, expand_partitions
 from fedbench.engine.memory import DEFAULT_CPU_BUDGET_MB
 from fedbench.job_memory import PROCESS_MB, train_job_mb
+from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)
@@ -117,6 +118,45 @@ def scorecard_files():
     linked = {cell.experiment for cell in CELLS if config["experiments"][cell.experiment].get("published")}
     files = [f"{RESULTS}/tables/{name}" for name in ("scorecard.csv", "scorecard.md", "coverage.csv", "coverage.md", "coverage.rst")]
     return files if linked else []
+
+
+# ---- the report by paper: one category per paper (fedbench.results.papers) ----------
+
+
+def experiment_category(wildcards):
+    """Report category of an output of one experiment: its paper's."""
+    return category(experiment_paper(config, wildcards.experiment))
+
+
+def partition_category(wildcards):
+    """Report category of a partition heatmap: the paper whose experiments train on it (several or none: shared)."""
+    pair = (wildcards.dataset, wildcards.partition)
+    return shared_category(experiment_paper(config, c.experiment) for c in CELLS if (c.dataset, c.partition) == pair)
+
+
+def encoder_category(wildcards):
+    """Report category of an encoder's loss curve: the paper whose experiments' algorithms read it."""
+    return shared_category(
+        experiment_paper(config, c.experiment) for c in CELLS
+        if config["algorithms"][c.algorithm].get("encoder") == wildcards.encoder
+    )
+
+
+def cell_papers():
+    """The papers of the experiments that have cells."""
+    return config_papers(config, {c.experiment for c in CELLS})
+
+
+def linked_papers():
+    """The papers with an experiment that has cells and links to published numbers (a scorecard)."""
+    linked = {c.experiment for c in CELLS if config["experiments"][c.experiment].get("published")}
+    return config_papers(config, linked)
+
+
+def paper_table_files():
+    """Per paper: its results table and, where its experiments link to published numbers, its scorecard."""
+    files = [f"{RESULTS}/tables/{p}/results.{ext}" for p in cell_papers() for ext in ("csv", "md")]
+    return files + [f"{RESULTS}/tables/{p}/scorecard.{ext}" for p in linked_papers() for ext in ("csv", "md")]
 
 
 # ---- per-job settings (the params rerun trigger compares these) ---------------------

@@ -8,7 +8,8 @@ rule pretrain_encoder:
         png=report(
             f"{RESULTS}/encoders/{{encoder}}_loss.png",
             caption="../report/encoder_loss.rst",
-            category="Encoders",
+            category=encoder_category,
+            subcategory="Encoders",
             labels={"encoder": "{encoder}", "figure": "reconstruction loss vs epoch"},
         ),
     params:

@@ -12,9 +12,9 @@ rule gamma_sweep_figure:
         png=report(
             f"{RESULTS}/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.png",
             caption="../report/gamma_sweep.rst",
-            category="Client relatedness",
-            subcategory="{experiment}",
-            labels={"dataset": "{dataset}", "partition": "{partition}", "model": "{model}", "figure": "gamma sweep"},
+            category=experiment_category,
+            subcategory="γ sweep",
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "model": "{model}", "figure": "gamma sweep"},
         ),
         csv=f"{RESULTS}/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.csv",
     params:

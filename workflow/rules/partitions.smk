@@ -26,8 +26,8 @@ rule partition_heatmap:
         png=report(
             f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.png",
             caption="../report/partition_heatmap.rst",
-            category="Partitions",
-            subcategory="{dataset}",
+            category=partition_category,
+            subcategory="Partitions",
             labels={"dataset": "{dataset}", "partition": "{partition}", "seed": "{seed}"},
         ),
     log:

@@ -1,6 +1,7 @@
 """The scorecard: published numbers next to the reproduction, computed by hand on made-up runs."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -245,3 +246,20 @@ def test_every_flt_number_including_the_appendix_is_linked():
     assert set(appendix["experiment"]) <= {name for name in config["experiments"] if name.startswith(("table1", "table2", "table3", "table4"))}
     assert (card.loc[card["table"] != "Table 5", "statistic"] == "std_error").all()
     assert (card.loc[card["table"] == "Table 5", "statistic"] == "std").all()
+
+
+def test_diverged_runs_are_shown_as_diverged_not_as_numbers(tmp_path):
+    ok = fake_run(tmp_path, "pfedmt", 0, [0.80, 0.85, 0.90], [0.40, 0.52, 0.61])
+    bad = fake_run(tmp_path, "pfedmt", 1, [0.70, float("nan"), float("nan")], [0.50, float("nan"), float("nan")])
+    metrics = json.loads((bad / "metrics.json").read_text())
+    (bad / "metrics.json").write_text(json.dumps({**metrics, "status": "diverged", "diverged_round": 2}))
+    dead = fake_run(tmp_path, "fedavg", 0, [0.5, float("nan"), float("nan")], [0.5, float("nan"), float("nan")])
+    metrics = json.loads((dead / "metrics.json").read_text())
+    (dead / "metrics.json").write_text(json.dumps({**metrics, "status": "diverged", "diverged_round": 2}))
+    card = scorecard({"experiments": {"e": EXPERIMENT}}, [ok, bad, dead], PUBLISHED).set_index(["method", "setting"])
+    pm3 = card.loc[("pFedMT(PM)", "T=3")]  # seed 0 only: max 90 %; seed 1 counted as diverged
+    assert (pm3["reproduced"], pm3["seeds"], pm3["diverged"]) == pytest.approx((90.0, 1, 1))
+    fedavg = card.loc[("FedAvg", "T=3")]
+    assert fedavg["seeds"] == 0 and fedavg["diverged"] == 1 and pd.isna(fedavg["reproduced"])
+    md = to_markdown(card.reset_index())
+    assert re.search(r"\| 90\.00 ± 0\.00 \(1/2 diverged\)\s+\|", md) and re.search(r"\| diverged\s+\|", md)

@@ -35,7 +35,7 @@ from fedbench.results.tables import format_mean_std
 COLUMNS = [
     "paper", "table", "dataset", "model", "partition", "method", "setting", "metric", "split",
     "published", "published_std", "statistic", "reproduced", "reproduced_spread", "difference",
-    "combined_se", "z", "agreement", "seeds",
+    "combined_se", "z", "agreement", "seeds", "diverged",
     "experiment", "config_dataset", "config_partition", "config_model", "algorithm", "scored", "rounds", "protocol",
     "published_row", "notes", "note",
 ]
@@ -52,8 +52,10 @@ def _runs(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
     for run_dir in run_dirs:
         run_dir = Path(run_dir)
         metrics = json.loads((run_dir / "metrics.json").read_text())
-        rows.append({**metrics["cell"], "protocol": metrics["protocol"], "history": run_dir / "history.csv"})
-    return pd.DataFrame(rows, columns=["experiment", "dataset", "partition", "model", "algorithm", "seed", "protocol", "history"])
+        rows.append({**metrics["cell"], "protocol": metrics["protocol"], "history": run_dir / "history.csv",
+                     "diverged": metrics.get("status") == "diverged"})
+    columns = ["experiment", "dataset", "partition", "model", "algorithm", "seed", "protocol", "history", "diverged"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def reported_number(history: pd.DataFrame, protocol: Protocol, link: Link, metric: str, split: str) -> float:
@@ -117,12 +119,14 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                 if link.relative_to is not None:  # a table of differences: only the difference is printed
                     paper = primary
 
-                def seeds(algorithm: str, metric: str, split: str) -> tuple[dict[int, float], str]:
-                    """Reproduced figure of every seed of ``algorithm`` in this cell (NaN: not recorded)."""
+                def seeds(algorithm: str, metric: str, split: str) -> tuple[dict[int, float], str, int]:
+                    """Reproduced figure of every seed of ``algorithm`` in this cell (NaN: not recorded), a
+                    note, and how many seeds diverged (NaN/inf loss: no figure, counted instead)."""
                     mine = runs[(runs["experiment"] == name) & (runs["dataset"] == dataset) & (runs["partition"] == partition)
                                 & (runs["model"] == model) & (runs["algorithm"] == algorithm)]
                     values, note = {}, ""
-                    for _, run in mine.iterrows():
+                    diverged = int(mine["diverged"].sum())
+                    for _, run in mine[~mine["diverged"].astype(bool)].iterrows():
                         if run["history"] not in histories:
                             histories[run["history"]] = pd.read_csv(run["history"])
                         history = histories[run["history"]]
@@ -133,12 +137,12 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                         if "cfl_splits" in history and history["cfl_splits"].max() == 0:
                             note = "CFL never split (= FedAvg)"
                         values[int(run["seed"])] = reported_number(history, PROTOCOLS[run["protocol"]], link, metric, split)
-                    return values, note
+                    return values, note, diverged
 
                 for index, row in paper.iterrows():
-                    values, note = seeds(link.algorithm, row["metric"], row["split"])
+                    values, note, diverged = seeds(link.algorithm, row["metric"], row["split"])
                     if link.relative_to is not None:  # a difference, seed by seed
-                        base, _ = seeds(link.relative_to, row["metric"], row["split"])
+                        base, _, _ = seeds(link.relative_to, row["metric"], row["split"])
                         values = {seed: value - base[seed] for seed, value in values.items() if seed in base}
                     if values and all(math.isnan(v) for v in values.values()):
                         note = f"the runs do not record the {row['split']} {row['metric']} of the {link.scored} model"
@@ -152,7 +156,7 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                         "metric": row["metric"], "split": row["split"],
                         "published": row["value"], "published_std": row["std"], "statistic": statistic,
                         "reproduced": mean, "reproduced_spread": spread(values, statistic) if values else math.nan,
-                        "difference": mean - row["value"], **flag, "seeds": len(values),
+                        "difference": mean - row["value"], **flag, "seeds": len(values), "diverged": diverged,
                         "experiment": name, "config_dataset": dataset, "config_partition": partition,
                         "config_model": model, "algorithm": link.algorithm,
                         "scored": link.scored, "rounds": link.rounds, "protocol": protocol_name,
@@ -169,6 +173,14 @@ def _number(value: float, std: float, digits: int = 2) -> str:
     if pd.isna(value):
         return ""
     return f"{value:.{digits}f}" if pd.isna(std) else format_mean_std(value, std, digits)
+
+
+def _reproduced(value: float, spread_: float, seeds: int, diverged: int) -> str:
+    """The reproduced cell: the number, "diverged" where every run diverged, the count where some did."""
+    text = _number(value, spread_) if seeds else ""
+    if not diverged:
+        return text
+    return f"{text} ({diverged}/{seeds + diverged} diverged)" if seeds else "diverged"
 
 
 def _where_several(group: pd.DataFrame, names: pd.Series) -> list[str]:
@@ -202,7 +214,8 @@ def to_markdown(card: pd.DataFrame) -> str:
             "metric": [f"{split} {METRIC_LABELS.get(metric, metric)}" for metric, split in zip(group["metric"], group["split"])],
             "±": [STATISTIC_LABELS[s] for s in group["statistic"]],
             "published": [_number(v, s) for v, s in zip(group["published"], group["published_std"])],
-            "reproduced": [_number(v, s) if n else "" for v, s, n in zip(group["reproduced"], group["reproduced_spread"], group["seeds"])],
+            "reproduced": [_reproduced(v, s, n, d) for v, s, n, d in
+                           zip(group["reproduced"], group["reproduced_spread"], group["seeds"], group["diverged"])],
             "difference": [f"{d:+.2f}" if pd.notna(d) else "" for d in group["difference"]],
             "z": [f"{z:+.1f}" if pd.notna(z) else "" for z in group["z"]],
             "agree": group["agreement"],

@@ -254,16 +254,8 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
             k: (None if pd.isna(last[c]) else float(last[c]))
             for k, c in (("accuracy", "global_acc"), ("macro_f1", "global_f1"), ("loss", "global_loss"))
         },
-        "hyperparameters": results_settings(spec),
-        "num_clients": data.num_clients,
-        "seed": cell.seed,
-        "fedbench_version": fedbench.__version__,
-        "torch_version": torch.__version__,
-        "device": str(dev),
         "status": "completed",
-        "wall_time_s": wall_time_s,  # summed over the job's attempts when it resumed from a checkpoint
-        "peak_memory": peak_memory_mb(dev),
-        "provenance": code,
+        **_run_record(spec, cell, data, dev, wall_time_s, code),  # wall time summed over resumed attempts
     }
     if "ari" in history_df:
         metrics["clustering"] = {k: float(history_df[k].iloc[-1]) for k in ("ari", "nmi")}
@@ -290,6 +282,21 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     return metrics
 
 
+def _run_record(spec, cell, data, dev, wall_time_s, code) -> dict:
+    """What every ``metrics.json`` records of the run itself: settings, versions, device, cost, code."""
+    return {
+        "hyperparameters": results_settings(spec),
+        "num_clients": data.num_clients,
+        "seed": cell.seed,
+        "fedbench_version": fedbench.__version__,
+        "torch_version": torch.__version__,
+        "device": str(dev),
+        "wall_time_s": wall_time_s,
+        "peak_memory": peak_memory_mb(dev),
+        "provenance": code,
+    }
+
+
 def _write_diverged(spec, cell, data, dev, out: Path, history: list, round_: int, wall_time_s, code, checkpoint_path, training) -> dict:
     """The outputs of a cell whose training loss became NaN or infinite at ``round_``: the history
     up to that round (its last row has only the loss), no client scores, ``status: diverged``."""
@@ -305,15 +312,7 @@ def _write_diverged(spec, cell, data, dev, out: Path, history: list, round_: int
         "diverged_round": round_,
         "final": {"round": round_, "accuracy": None, "macro_f1": None, "loss": None, "variance": None, "train_accuracy": None},
         "global": {"accuracy": None, "macro_f1": None, "loss": None},
-        "hyperparameters": results_settings(spec),
-        "num_clients": data.num_clients,
-        "seed": cell.seed,
-        "fedbench_version": fedbench.__version__,
-        "torch_version": torch.__version__,
-        "device": str(dev),
-        "wall_time_s": wall_time_s,
-        "peak_memory": peak_memory_mb(dev),
-        "provenance": code,
+        **_run_record(spec, cell, data, dev, wall_time_s, code),
     }
     atomic_write(out / "history.csv", lambda p: history_df.to_csv(p, index=False))
     atomic_write(out / "clients.csv", lambda p: clients_df.to_csv(p, index=False))

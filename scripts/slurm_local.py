@@ -1,6 +1,7 @@
 """A single-node SLURM cluster on this machine, to run the workflow through ``profiles/slurm`` for real.
 
     scripts/slurm-local [--config tests/data/tiny_config.yaml] [--keep] [--scancel]
+    scripts/slurm-local --config config/experiments/pfedmt.yaml --replace-config --only synthetic_mlr,synthetic_dnn
     make slurm-local
 
 What it does (as root; Debian's ``slurm-wlm``, ``munge``, ``slurmdbd`` and ``mariadb-server``,
@@ -141,6 +142,63 @@ def run_jobs(snakemake_output: str) -> tuple[list[str], list[str], list[str]]:
     local = re.findall(r"^localrule (\w+):$", snakemake_output, flags=re.M)
     submitted = re.findall(r"^Job \d+ has been submitted with SLURM jobid (\d+)", snakemake_output, flags=re.M)
     return remote, local, submitted
+
+
+def submitted_rules(snakemake_output: str) -> dict[str, str]:
+    """{SLURM job id: rule} from a Snakemake run's output, pairing each ``rule x:`` block's
+    ``jobid: n`` with ``Job n has been submitted with SLURM jobid m``."""
+    rule_of, current, submitted = {}, None, {}
+    for line in snakemake_output.splitlines():
+        if match := re.match(r"^(?:local)?rule (\w+):$", line):
+            current = match.group(1)
+        elif (match := re.match(r"^\s+jobid: (\d+)$", line)) and current:
+            rule_of[match.group(1)] = current
+        elif match := re.match(r"^Job (\d+) has been submitted with SLURM jobid (\d+)", line):
+            submitted[match.group(2)] = rule_of.get(match.group(1), "?")
+    return submitted
+
+
+def parse_sacct_times(text: str) -> dict[str, tuple[float, int]]:
+    """``sacct -X --parsable2 --noheader --format=JobIdRaw,Submit,Start,ElapsedRaw`` output ->
+    {job id: (seconds from submission to start, seconds the job ran)}."""
+    from datetime import datetime
+
+    times = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        job, submit, start, elapsed = line.split("|")[:4]
+        if start in ("", "Unknown", "None"):
+            continue
+        wait = (datetime.fromisoformat(start) - datetime.fromisoformat(submit)).total_seconds()
+        times[job.strip()] = (wait, int(elapsed))
+    return times
+
+
+def training_seconds(results: Path) -> list[float]:
+    """The wall seconds of each training cell's payload, from the ``benchmark:`` files that the
+    Snakemake instance running the job writes (inside the SLURM job on a cluster)."""
+    import pandas as pd
+
+    return [float(pd.read_csv(f, sep="\t")["s"].iloc[0]) for f in sorted((results / "benchmarks" / "train").glob("**/*.tsv"))]
+
+
+def load_line(label: str, wall: float, jobs: int) -> str:
+    return f"{label}: {jobs} jobs in {wall:.1f} s wall, {60 * jobs / wall:.1f} jobs/min"
+
+
+def slurm_overhead(rules: dict[str, str], times: dict[str, tuple[float, int]], payload_s: list[float]) -> str:
+    """Per-job scheduling cost on the cluster: the median wait from ``sbatch`` to start, and the
+    mean seconds a training job ran beyond its payload (the in-job Snakemake and ``srun``)."""
+    import statistics
+
+    waits = [times[j][0] for j in rules if j in times]
+    train = [times[j][1] for j, rule in rules.items() if rule == "train_cell" and j in times]
+    parts = [f"queue wait median {statistics.median(waits):.1f} s (max {max(waits):.1f} s)"] if waits else []
+    if train and len(train) == len(payload_s):
+        parts.append(f"training jobs ran {statistics.mean(train):.1f} s on average, of which "
+                     f"{(sum(train) - sum(payload_s)) / len(train):.1f} s outside the training script")
+    return "; ".join(parts)
 
 
 def table_differences(local: Path, other: Path) -> list[str]:
@@ -322,6 +380,14 @@ SLURM_NOTICE_S = 240  # how long Snakemake gets to notice a cancelled job (the p
 CANCEL_CELL = "results/runs/tiny/digits/iid/mlr/fedavg/seed0"  # a cell of tests/data/tiny_config.yaml
 
 
+def results_root(config: Path, replace: bool) -> str:
+    """The results directory a run with ``config`` writes to (relative to its work directory)."""
+    import yaml
+
+    default = "results" if replace else yaml.safe_load((REPO / "config/config.yaml").read_text())["results"]
+    return (yaml.safe_load(config.read_text()) or {}).get("results", default)
+
+
 def long_config(base: Path, out: Path, rounds: int = 1500) -> Path:
     """``base`` with training long enough to cancel mid-cell, checkpointed every 10 rounds."""
     import yaml
@@ -448,6 +514,9 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the state directory and the results")
     parser.add_argument("--scancel", action="store_true", help="cancel a training job mid-run, rerun, check it resumed")
     parser.add_argument("--faults-only", action="store_true", help="skip the local-vs-SLURM table comparison")
+    parser.add_argument("--replace-config", action="store_true",
+                        help="use --config alone (Snakemake's --replace-workflow-config), as for a paper grid")
+    parser.add_argument("--only", default="", help="comma-separated experiments to run (only_experiments)")
     parser.add_argument("--time-limit", action="store_true",
                         help="train with a 2-minute SLURM time limit and retries, check the next attempt resumes")
     args = parser.parse_args(argv)
@@ -460,14 +529,17 @@ def main(argv=None) -> int:
         print(f"slurm-local: cluster up in {time.time() - started:.1f} s (state in {state})", flush=True)
         ok = True
         if not args.faults_only:
+            extra = (("--replace-workflow-config",) if args.replace_config else ()) + (
+                ("--config", f"only_experiments=[{args.only}]") if args.only else ())
+            results = results_root(args.config, args.replace_config)
             t0 = time.time()
-            local = snakemake(state / "local", args.config.resolve(), "--cores", "2", "tables")
+            local = snakemake(state / "local", args.config.resolve(), "--cores", "2", *extra, "tables")
             if local.returncode:
                 print(local.stdout[-4000:])
                 return 1
-            print(f"slurm-local: local run {time.time() - t0:.1f} s", flush=True)
+            print(f"slurm-local: {load_line('local run', time.time() - t0, len(run_jobs(local.stdout)[0]))}", flush=True)
             t0 = time.time()
-            on_slurm = snakemake(state / "slurm", args.config.resolve(), *SLURM_ARGS, "tables", env=cluster.env)
+            on_slurm = snakemake(state / "slurm", args.config.resolve(), *SLURM_ARGS, *extra, "tables", env=cluster.env)
             (state / "slurm_run.log").write_text(on_slurm.stdout)
             elapsed = time.time() - t0
             if on_slurm.returncode:
@@ -480,9 +552,14 @@ def main(argv=None) -> int:
             print(f"slurm-local: SLURM run {elapsed:.1f} s: {len(remote)} jobs with an action, {len(submitted)} submitted "
                   f"with sbatch, sacct: {len(completed)} of {len(accounted)} COMPLETED; on the submitting host only "
                   f"{sorted(set(local_rules))}", flush=True)
+            times = parse_sacct_times(cluster.run("sacct", "-X", "--parsable2", "--noheader", "--starttime", "now-1days",
+                                                  "--format=JobIdRaw,Submit,Start,ElapsedRaw").stdout)
+            print(f"slurm-local: {load_line('SLURM run', elapsed, len(submitted))}; "
+                  f"{slurm_overhead(submitted_rules(on_slurm.stdout), times, training_seconds(state / 'slurm' / results))}",
+                  flush=True)
             through_sbatch = len(remote) == len(submitted) == len(completed) == len(accounted) > 0 and sorted(submitted) == completed
             through_sbatch = through_sbatch and set(local_rules) <= set(TARGET_RULES)
-            problems = table_differences(state / "local" / "results", state / "slurm" / "results")
+            problems = table_differences(state / "local" / results, state / "slurm" / results)
             ok = through_sbatch and not problems
             if problems:
                 print(f"slurm-local: tables differ: {problems}")

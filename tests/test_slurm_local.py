@@ -77,3 +77,35 @@ def test_srun_shim_sets_the_config_and_runs_the_real_srun(tmp_path):
     shim.chmod(0o755)
     out = subprocess.run([str(shim), "-n", "1", "a b"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}).stdout
     assert out == f"{tmp_path / 'slurm.conf'} -n 1 a b\n"
+
+
+def test_submitted_rules_pairs_each_slurm_job_with_its_rule():
+    output = "\n".join([
+        "rule partition:", "    output: x", "    jobid: 2", "Job 2 has been submitted with SLURM jobid 11 (log: a).",
+        "rule train_cell:", "    jobid: 1", "rule train_cell:", "    jobid: 3",
+        "Job 3 has been submitted with SLURM jobid 13 (log: c).", "Job 1 has been submitted with SLURM jobid 12 (log: b).",
+        "localrule tables:", "    jobid: 0",
+    ])
+    assert slurm_local.submitted_rules(output) == {"11": "partition", "13": "train_cell", "12": "train_cell"}
+
+
+def test_sacct_times_and_overhead():
+    text = ("11|2026-11-23T10:00:00|2026-11-23T10:00:02|5\n"
+            "12|2026-11-23T10:00:01|2026-11-23T10:00:05|30\n"
+            "13|2026-11-23T10:00:01|2026-11-23T10:00:09|40\n"
+            "14|2026-11-23T10:00:01|Unknown|0\n")
+    times = slurm_local.parse_sacct_times(text)
+    assert times == {"11": (2.0, 5), "12": (4.0, 30), "13": (8.0, 40)}
+    rules = {"11": "partition", "12": "train_cell", "13": "train_cell"}
+    # training jobs ran 30 and 40 s around payloads of 20 and 26 s: 12 s each outside the script
+    line = slurm_local.slurm_overhead(rules, times, [20.0, 26.0])
+    assert line == ("queue wait median 4.0 s (max 8.0 s); "
+                    "training jobs ran 35.0 s on average, of which 12.0 s outside the training script")
+    assert slurm_local.load_line("x", 30.0, 3) == "x: 3 jobs in 30.0 s wall, 6.0 jobs/min"
+
+
+def test_results_root_follows_the_config(tmp_path):
+    (tmp_path / "a.yaml").write_text("results: results/pfedmt\n")
+    (tmp_path / "b.yaml").write_text("seeds: [0]\n")
+    assert slurm_local.results_root(tmp_path / "a.yaml", True) == "results/pfedmt"
+    assert slurm_local.results_root(tmp_path / "b.yaml", False) == "results"

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import fedbench.pipeline as pipeline
+from fedbench.algorithms import ALGORITHMS
 from fedbench.checkpoint import CHECKPOINT_NAME, CheckpointError
 from fedbench.config import Cell, check_config
 from fedbench.data.partition_file import PartitionFileError
@@ -203,3 +204,31 @@ def test_curves_draw_around_a_diverged_run(tmp_path, partition):
     histories = load_histories([tmp_path / "seed0", tmp_path / "seed1"])
     plot_training_curves(histories, tmp_path / "curves.png", [Curve("fedavg", "FedAvg", "acc_mean", "train_loss_pooled")])
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS.names() if n != "flt"])  # flt: needs a pretrained encoder file
+def test_every_algorithm_state_can_be_checkpointed(name):
+    """A cell checkpoints its algorithm's state with torch.save every ``checkpoint_every`` rounds, so
+    the state after a round must hold only picklable data (a closure kept in it once crashed
+    FedASAM cells at their first checkpoint)."""
+    import dataclasses
+    import io
+
+    import torch
+    from torch import nn
+
+    from conftest import make_data, make_federation
+    from fedbench.engine.local_sgd import LocalSGD
+    from fedbench.engine.weights import model_weights
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
+    data = make_data([12, 10, 14, 11], test=4)
+    if name == "femam":  # FeMAM selects and prunes on validation rows
+        data = dataclasses.replace(data, val=data.test)
+    participation = 1.0 if name == "femam" else 0.5  # FeMAM trains every client every round
+    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=4, lr=0.1), participation=participation)
+    small = {"fesem_flt": {"num_clusters": 2}, "fedgen": {"generator_epochs": 1, "teacher_iterations": 2}}
+    algorithm = ALGORITHMS[name](**small.get(name, {}))
+    state, _ = algorithm.round(fed, algorithm.init(fed, model_weights(model)), 1)
+    torch.save(state, io.BytesIO())

@@ -21,13 +21,14 @@ class FedASAM:
     eta: float = 0.0
 
     def init(self, fed: Federation, initial: Weights) -> dict:
-        return {"global": initial, "step": asam_step(fed.model, self.rho, self.eta)}
+        return {"global": initial}  # tensors only: the state is checkpointed (torch.save)
 
     def round(self, fed: Federation, state: dict, round_: int):
         chosen = fed.sample_clients()
         plan = make_batch_plan(fed.data.train.counts[chosen], fed.local.epochs, fed.local.batch_size, fed.generator)
         start = broadcast(state["global"], len(chosen))
-        trained, loss = train_with_gradient(fed.model, fed.data, start, chosen, plan, fed.local, state["step"])
+        step = asam_step(fed.model, self.rho, self.eta)
+        trained, loss = train_with_gradient(fed.model, fed.data, start, chosen, plan, fed.local, step)
         return {**state, "global": fed.average(trained, chosen)}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:

@@ -24,11 +24,26 @@ import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
+import importlib
+
 import numpy as np
 import torch
-from torchvision import datasets as tvd
-from torchvision.datasets.utils import extract_archive
-from torchvision.transforms.v2 import functional as TF
+
+
+class _OnFirstUse:
+    """A module imported when one of its attributes is first read.  Every workflow plan imports
+    this file through the registries; torchvision (which pulls in torch._dynamo) is a quarter of
+    that plan's start-up and only a job that reads a dataset needs it."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str):
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+tvd = _OnFirstUse("torchvision.datasets")
+TF = _OnFirstUse("torchvision.transforms.v2.functional")
 
 from fedbench.data.sources import DATASETS, ArrayDataset, DatasetFacts
 
@@ -132,7 +147,7 @@ def _prepare_idx(dataset: str, raw: Path, names: Sequence[str], how: str | None 
     (what torchvision's own download does), then require them all."""
     for name in names:
         if not (raw / name).exists() and (raw / f"{name}.gz").exists():
-            extract_archive(str(raw / f"{name}.gz"))
+            tvd.utils.extract_archive(str(raw / f"{name}.gz"))
     require_files(dataset, raw, names, how or _HOW_TO_GET + " IDX files may also be left gzip-compressed (NAME.gz).")
 
 

@@ -144,6 +144,13 @@ def run_jobs(snakemake_output: str) -> tuple[list[str], list[str], list[str]]:
     return remote, local, submitted
 
 
+def action_jobs(snakemake_output: str) -> list[str]:
+    """The rules of the jobs a run executed, target rules without an action left out (a local
+    run prints ``localrule x:`` for every job)."""
+    remote, local, _ = run_jobs(snakemake_output)
+    return [rule for rule in remote + local if rule not in TARGET_RULES]
+
+
 def submitted_rules(snakemake_output: str) -> dict[str, str]:
     """{SLURM job id: rule} from a Snakemake run's output, pairing each ``rule x:`` block's
     ``jobid: n`` with ``Job n has been submitted with SLURM jobid m``."""
@@ -537,7 +544,7 @@ def main(argv=None) -> int:
             if local.returncode:
                 print(local.stdout[-4000:])
                 return 1
-            print(f"slurm-local: {load_line('local run', time.time() - t0, len(run_jobs(local.stdout)[0]))}", flush=True)
+            print(f"slurm-local: {load_line('local run', time.time() - t0, len(action_jobs(local.stdout)))}", flush=True)
             t0 = time.time()
             on_slurm = snakemake(state / "slurm", args.config.resolve(), *SLURM_ARGS, *extra, "tables", env=cluster.env)
             (state / "slurm_run.log").write_text(on_slurm.stdout)

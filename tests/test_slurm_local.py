@@ -109,3 +109,9 @@ def test_results_root_follows_the_config(tmp_path):
     (tmp_path / "b.yaml").write_text("seeds: [0]\n")
     assert slurm_local.results_root(tmp_path / "a.yaml", True) == "results/pfedmt"
     assert slurm_local.results_root(tmp_path / "b.yaml", False) == "results"
+
+
+def test_action_jobs_of_a_local_run():
+    output = "\n".join(["localrule partition:", "    jobid: 2", "localrule train_cell:", "    jobid: 1",
+                        "localrule tables:", "    jobid: 0"])
+    assert slurm_local.action_jobs(output) == ["partition", "train_cell"]

@@ -11,6 +11,7 @@ scores the final evaluation (protocol ``fedmr``) and offers the best-over-evalua
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -20,9 +21,10 @@ from fedbench.results.figures import load_histories  # noqa: E402
 
 
 def final_and_best(histories):
-    """One row per (partition, algorithm): final and best global accuracy (%) as 'mean ± std'."""
+    """One row per (partition, algorithm), in the order they first appear: final and best global
+    accuracy (%), mean and std over seeds."""
     scored = histories.dropna(subset=["global_acc"])
-    per_run = scored.sort_values("round").groupby(["partition", "algorithm", "seed"], sort=False)["global_acc"]
+    per_run = scored.sort_values("round", kind="stable").groupby(["partition", "algorithm", "seed"], sort=False)["global_acc"]
     runs = per_run.agg(final="last", best="max").mul(100).reset_index()
     summary = runs.groupby(["partition", "algorithm"], sort=False).agg(
         final_mean=("final", "mean"), final_std=("final", lambda v: v.std(ddof=0)),
@@ -35,12 +37,17 @@ def main(argv=None) -> None:
     parser.add_argument("results", type=Path)
     parser.add_argument("experiment")
     args = parser.parse_args(argv)
-    runs = sorted(p.parent for p in (args.results / "runs" / args.experiment).glob("**/metrics.json"))
-    table = final_and_best(load_histories(runs))
+    runs, diverged = [], []
+    for metrics in sorted((args.results / "runs" / args.experiment).glob("**/metrics.json")):
+        status = json.loads(metrics.read_text()).get("status", "completed")
+        (diverged if status == "diverged" else runs).append(metrics.parent)
+    table = final_and_best(load_histories(runs)).sort_values("partition", kind="stable")
     print("| partition | algorithm | final | best over evaluations | seeds |\n|---|---|---|---|---|")
     for row in table.itertuples():
         print(f"| {row.partition} | {row.algorithm} | {row.final_mean:.2f} ± {row.final_std:.2f} | "
               f"{row.best_mean:.2f} ± {row.best_std:.2f} | {row.seeds} |")
+    for run in diverged:  # stopped at a NaN or infinite loss: no final model to score
+        print(f"diverged, left out: {run.relative_to(args.results)}")
 
 
 if __name__ == "__main__":

@@ -20,14 +20,15 @@ Memory (float32): MNIST-like 70k x 1x28x28 = 220 MB; EMNIST balanced 131.6k = 41
 
 from __future__ import annotations
 
+import importlib
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
-import importlib
-
 import numpy as np
 import torch
+
+from fedbench.data.sources import DATASETS, ArrayDataset, DatasetFacts
 
 
 class _OnFirstUse:
@@ -45,7 +46,6 @@ class _OnFirstUse:
 tvd = _OnFirstUse("torchvision.datasets")
 TF = _OnFirstUse("torchvision.transforms.v2.functional")
 
-from fedbench.data.sources import DATASETS, ArrayDataset, DatasetFacts
 
 # name -> (mean, std) per channel (a single value is broadcast over all channels); None = [0, 1] only.
 NORMALIZATIONS: dict[str, tuple[Sequence[float], Sequence[float]] | None] = {

@@ -97,8 +97,9 @@ def plot_training_curves(
     long = pd.concat(frames, ignore_index=True)
     labels = list(dict.fromkeys(long["curve"]))
     palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
-    # distinct dash patterns too, so identical curves (e.g. FedProx with a tiny mu vs FedAvg) stay visible
-    dashes = dict(zip(labels, itertools.cycle([(1, 0), (4, 2), (1, 1.5), (6, 2, 1, 2), (3, 1)])))
+    # distinct dash patterns too, so identical curves (e.g. FedProx with a tiny mu vs FedAvg) stay visible;
+    # six patterns against the palette's ten colours: no two of the first 30 curves share both
+    dashes = dict(zip(labels, itertools.cycle([(1, 0), (4, 2), (1, 1.5), (6, 2, 1, 2), (3, 1), (8, 2, 1, 2, 1, 2)])))
     fig = Figure(figsize=(9.5, 3.2 * len(panels) + 0.8), layout="constrained")
     axes = fig.subplots(len(panels), 2, squeeze=False)
     for row, panel in zip(axes, panels):

@@ -359,6 +359,13 @@ class Cluster:
 
 # ---- the check -----------------------------------------------------------------------------
 
+def workflow_args(replace_config: bool, only: str, target: str = "tables") -> tuple[str, ...]:
+    """The target, then the config options: Snakemake's ``--config`` takes every word after it,
+    so the target must come first."""
+    return (target, *(("--replace-workflow-config",) if replace_config else ()),
+            *(("--config", f"only_experiments=[{only}]") if only else ()))
+
+
 def snakemake(workdir: Path, config: Path, *args: str, env=None) -> subprocess.CompletedProcess:
     command = [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"),
                "--directory", str(workdir), "--configfile", str(config), *args]
@@ -539,20 +546,18 @@ def main(argv=None) -> int:
         print(f"slurm-local: cluster up in {time.time() - started:.1f} s (state in {state})", flush=True)
         ok = True
         if not args.faults_only:
-            # after the target: --config takes every word that follows it
-            extra = (("--replace-workflow-config",) if args.replace_config else ()) + (
-                ("--config", f"only_experiments=[{args.only}]") if args.only else ())
+            extra = workflow_args(args.replace_config, args.only)
             results = results_root(args.config, args.replace_config)
             local_results = args.compare_with.resolve() if args.compare_with else state / "local" / results
             if not args.compare_with:
                 t0 = time.time()
-                local = snakemake(state / "local", args.config.resolve(), "--cores", "2", "tables", *extra)
+                local = snakemake(state / "local", args.config.resolve(), "--cores", "2", *extra)
                 if local.returncode:
                     print(local.stdout[-4000:])
                     return 1
                 print(f"slurm-local: {load_line('local run', time.time() - t0, len(action_jobs(local.stdout)))}", flush=True)
             t0 = time.time()
-            on_slurm = snakemake(state / "slurm", args.config.resolve(), *SLURM_ARGS, "tables", *extra, env=cluster.env)
+            on_slurm = snakemake(state / "slurm", args.config.resolve(), *SLURM_ARGS, *extra, env=cluster.env)
             (state / "slurm_run.log").write_text(on_slurm.stdout)
             elapsed = time.time() - t0
             if on_slurm.returncode:

@@ -115,3 +115,15 @@ def test_action_jobs_of_a_local_run():
     output = "\n".join(["localrule partition:", "    jobid: 2", "localrule train_cell:", "    jobid: 1",
                         "localrule tables:", "    jobid: 0"])
     assert slurm_local.action_jobs(output) == ["partition", "train_cell"]
+
+
+def test_workflow_args_reach_snakemake_as_target_and_config():
+    """--only once put the target after --config, which swallowed it as a config entry."""
+    from snakemake.cli import get_argument_parser
+
+    command = ["--configfile", "c.yaml", *slurm_local.SLURM_ARGS, *slurm_local.workflow_args(True, "a,b")]
+    parsed = get_argument_parser().parse_args(command)
+    assert parsed.targets == ["tables"]
+    assert parsed.config == ["only_experiments=[a,b]"]
+    assert parsed.replace_workflow_config and parsed.configfile == [Path("c.yaml")]
+    assert get_argument_parser().parse_args(["--cores", "2", *slurm_local.workflow_args(False, "")]).targets == ["tables"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +14,14 @@ from fedbench.algorithms import Federation
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.vectorised import VectorisedTrainer
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as module ``name`` (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_data(sizes: list[int], dim: int = 5, num_classes: int = 3, seed: int = 0, test: int = 4) -> FederatedData:

@@ -1,13 +1,8 @@
 """scripts/femam_level_ari.py: a cluster level's ARI over the clients that kept it, on a hand-made structure."""
-import importlib.util
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("femam_level_ari", REPO / "scripts" / "femam_level_ari.py")
-femam_level_ari = importlib.util.module_from_spec(spec)
-sys.modules["femam_level_ari"] = femam_level_ari
-spec.loader.exec_module(femam_level_ari)
+from conftest import load_script
+
+femam_level_ari = load_script("femam_level_ari")
 
 
 def test_pruned_clients_leave_the_score():

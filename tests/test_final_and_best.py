@@ -1,17 +1,11 @@
 """scripts/final_and_best.py: the last and the best evaluation of the global model, over seeds."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("final_and_best", REPO / "scripts" / "final_and_best.py")
-final_and_best = importlib.util.module_from_spec(spec)
-sys.modules["final_and_best"] = final_and_best
-spec.loader.exec_module(final_and_best)
+from conftest import load_script
+
+final_and_best = load_script("final_and_best")
 
 
 def test_final_and_best_by_hand():

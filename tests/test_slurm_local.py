@@ -1,16 +1,13 @@
 """The helpers of scripts/slurm_local.py that need no daemon: config writing, sacct parsing,
 job counting and the table comparison (the cluster itself: ``make slurm-local``, README)."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("slurm_local", REPO / "scripts" / "slurm_local.py")
-slurm_local = sys.modules["slurm_local"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(slurm_local)
+from conftest import load_script
+
+slurm_local = load_script("slurm_local")
 
 
 def settings(text: str) -> dict[str, str]:

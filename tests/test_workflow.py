@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -415,6 +416,15 @@ def test_tables_mean_and_std_over_seeds(tmp_path):
     assert pd.isna(summary.set_index("algorithm").loc["local", "global_accuracy_mean"])
     assert pd.read_csv(tmp_path / "t.csv").shape[0] == 2
     assert "| 70.00 ± 0.00 | 85.00 ± 5.00 |" in (tmp_path / "t.md").read_text()
+
+
+def test_loss_panel_falls_back_to_the_rounds_local_loss_when_evaluated_once():
+    from fedbench.results.figures import loss_axis
+
+    every_round = pd.DataFrame({"round": [2, 4], "loss": [0.9, 0.4], "round_loss": [1.0, 0.5]})
+    assert loss_axis(every_round) == ("loss", "training loss")
+    last_round_only = every_round.assign(loss=[np.nan, 0.4])  # train_eval_every = the run's length
+    assert loss_axis(last_round_only) == ("round_loss", "training loss (local, in the round)")
 
 
 def test_figures_are_written(tmp_path):

@@ -72,6 +72,16 @@ def _save(fig: Figure, path: str | Path, dpi: int = 120) -> None:
     atomic_write(path, lambda p: fig.savefig(p, dpi=dpi, bbox_inches="tight", format=Path(path).suffix[1:]))
 
 
+def loss_axis(panel: pd.DataFrame) -> tuple[str, str]:
+    """The training-loss column a panel draws, and its axis label: the evaluated training loss
+    (taken every ``train_eval_every`` rounds) when the panel has it at two rounds or more, else the
+    mean loss of the round's local training, which every evaluated round records (a single point
+    is no curve, e.g. ``train_eval_every`` = the run's length)."""
+    if panel.dropna(subset=["loss"])["round"].nunique() >= 2:
+        return "loss", "training loss"
+    return "round_loss", "training loss (local, in the round)"
+
+
 def plot_training_curves(
     histories: pd.DataFrame,
     path: str | Path,
@@ -79,9 +89,10 @@ def plot_training_curves(
     orders: Mapping[str, Sequence[str]] | None = None,
     title: str | None = None,
 ) -> None:
-    """Training loss and test accuracy (%) against round (pFedMT's Figure 2 layout): one row per
-    dataset x partition x model, one line per curve; lines are means over seeds, bands ± one
-    standard deviation.  Curves whose columns the runs lack (e.g. no global model) are skipped."""
+    """Training loss (see :func:`loss_axis`) and test accuracy (%) against round (pFedMT's Figure 2
+    layout): one row per dataset x partition x model, one line per curve; lines are means over
+    seeds, bands ± one standard deviation.  Curves whose columns the runs lack (e.g. no global
+    model) are skipped."""
     data = order_rows(histories, orders)
     panels = list(dict.fromkeys(data[PANEL_COLUMNS].itertuples(index=False, name=None)))
     frames = []
@@ -91,6 +102,7 @@ def plot_training_curves(
             continue
         frames.append(runs[PANEL_COLUMNS + ["seed", "round"]].assign(
             curve=curve.label, accuracy=100 * runs[curve.accuracy], loss=runs.get(curve.loss, np.nan),
+            round_loss=runs.get("train_loss", np.nan),
         ))
     if not frames:
         raise ValueError("none of the curves has data in these runs")
@@ -105,7 +117,7 @@ def plot_training_curves(
     for row, panel in zip(axes, panels):
         subset = long[(long[PANEL_COLUMNS] == pd.Series(panel, index=PANEL_COLUMNS)).all(axis=1)]
         few = subset["round"].nunique() <= 30
-        for ax, metric, label in ((row[0], "loss", "training loss"), (row[1], "accuracy", "test accuracy (%)")):
+        for ax, (metric, label) in zip(row, (loss_axis(subset), ("accuracy", "test accuracy (%)"))):
             sns.lineplot(
                 data=subset.dropna(subset=[metric]), x="round", y=metric, hue="curve", hue_order=labels, palette=palette,
                 style="curve", style_order=labels, dashes=dashes, errorbar="sd",

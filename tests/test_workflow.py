@@ -216,13 +216,16 @@ def test_report_opens_on_the_reproduction_status_in_a_browser(linked_report, tmp
     categories are there (the reproduction status, then one per paper: the tiny experiment is
     linked to FLT's numbers, so its tables, scorecard, curves and partitions are FLT's), and a screenshot of the landing page is kept (FEDBENCH_TEST_ARTIFACTS,
     else the test's temporary directory).  Skipped where no Chromium is installed
-    (Debian: ``apt-get install chromium``)."""
+    (Debian: ``apt-get install chromium``), except under FEDBENCH_REQUIRE_BROWSER (CI as root), where
+    a missing browser fails."""
     import os
 
     from fedbench.results.coverage import total_line
 
     browser = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
     if browser is None:
+        if os.environ.get("FEDBENCH_REQUIRE_BROWSER"):  # set by .ci/run once it has installed chromium
+            pytest.fail(f"FEDBENCH_REQUIRE_BROWSER is set but none of {', '.join(BROWSERS)} is on the PATH")
         pytest.skip(f"no headless browser ({', '.join(BROWSERS)}) installed")
     url = (linked_report / "report.html").as_uri()
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=10000"]

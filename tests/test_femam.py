@@ -14,7 +14,7 @@ from torch import nn
 
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.femam_rules import converged, keep_eq9, keep_window, kmeans_groups
-from fedbench.engine.federated_data import ClientIndex
+from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights
 from fedbench.models.additive import AdditiveLevels, additive_weights
@@ -54,6 +54,86 @@ def federation(local=None, data=None, seed=0):
 
 def full_batch():
     return LocalSGD(epochs=1, batch_size=64, lr=0.2)  # one full-batch step per epoch: batch order is irrelevant
+
+
+PLANTED = np.array([0, 1, 0, 1, 1, 0, 0, 1])  # two planted client groups, interleaved
+
+
+def planted_data(groups=PLANTED, n=24, val=6, test=4, dim=5, seed=0):
+    """Two-class Gaussian data with one linear labelling; clients of planted group 1 have their
+    labels flipped (very different tasks).  Every client: n train, ``val`` validation, ``test`` test rows."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(dim, 2))
+    xs, ys, splits, start = [], [], ([], [], []), 0
+    for g in groups:
+        x = rng.normal(size=(n + val + test, dim)).astype(np.float32)
+        xs.append(x)
+        ys.append(((x @ w).argmax(1) + g) % 2)
+        for split, (a, b) in zip(splits, [(0, n), (n, n + val), (n + val, n + val + test)]):
+            split.append(np.arange(start + a, start + b))
+        start += n + val + test
+    train, val_rows, test_rows = (ClientIndex.from_lists(s, "cpu") for s in splits)
+    y = torch.from_numpy(np.concatenate(ys).astype(np.int64))
+    return FederatedData(torch.from_numpy(np.concatenate(xs)), y, train, test_rows, 2, val=val_rows)
+
+
+PLANTED_LR, PLANTED_STEPS = 0.5, 2  # full-batch local GD: 2 epochs = 2 steps, batch order irrelevant
+
+
+def planted_federation(seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2))
+    hp = LocalSGD(epochs=PLANTED_STEPS, batch_size=64, lr=PLANTED_LR)
+    return make_federation(planted_data(seed=seed), model, hp, seed=seed)
+
+
+def client_rows(fed, i, split="train"):
+    index = getattr(fed.data, split)
+    chosen = index.index[i, : int(index.counts[i])]
+    return fed.data.x[chosen], fed.data.y[chosen]
+
+
+def row(stacked, i):
+    return {k: v[i] for k, v in stacked.items()}
+
+
+def output(template, weights, x):
+    return torch.func.functional_call(template, weights, (x,))
+
+
+def gd_by_hand(template, start, x, y, steps, lr, keys=None, mu=0.0, center=None, offset=None):
+    """Plain autograd: ``steps`` full-batch GD steps on CE(offset + f(x; w), y) + mu/2 ||w - center||^2
+    (center: ``start``) moving only the entries ``keys`` (default: all of them)."""
+    center = start if center is None else center
+    keys = list(start) if keys is None else keys
+    w = {k: v.clone() for k, v in start.items()}
+    for _ in range(steps):
+        moving = {k: w[k].requires_grad_(True) for k in keys}
+        logits = output(template, {**w, **moving}, x)
+        loss = F.cross_entropy(logits if offset is None else offset + logits, y)
+        loss = loss + mu / 2 * sum(((moving[k] - center[k]) ** 2).sum() for k in keys)
+        grads = torch.autograd.grad(loss, list(moving.values()))
+        w = {k: v.detach() for k, v in w.items()} | {k: (moving[k] - lr * g).detach() for k, g in zip(keys, grads)}
+    return w
+
+
+def train_newest_by_hand(template, frozen, start, x, y, mu, steps=PLANTED_STEPS, lr=PLANTED_LR):
+    """The newest level: full-batch GD on CE(sum of the frozen levels' outputs + f(x; theta), y)
+    + mu/2 ||theta - start||^2 with respect to theta only (Eqs. 2, 8, B.4, B.5)."""
+    fixed = sum((output(template, w, x) for w in frozen), torch.zeros(())).detach()
+    return gd_by_hand(template, start, x, y, steps, lr, mu=mu, offset=fixed)
+
+
+def weighted_mean(models, counts, members):
+    """sum_i n_i theta_i / sum_i n_i over ``members`` (Eq. 7), in float64."""
+    n = counts.double()
+    return {k: (sum(n[i] * models[i][k].double() for i in members) / n[members].sum()).float() for k in models[0]}
+
+
+def assert_rows(stacked, expected, clients, atol=1e-5):
+    for i in clients:
+        for k, v in expected.items():
+            torch.testing.assert_close(stacked[k][i], v, atol=atol, rtol=atol)
 
 
 # ---- the additive model ------------------------------------------------------------------------
@@ -147,20 +227,30 @@ def test_sem_assigns_each_client_to_the_nearest_current_centre():
 
 
 def test_eq9_and_window_pruning_by_hand():
+    """FeMAM Eq. (9) (keep iff loss_without - loss_with > epsilon) and the released code's windowed
+    variant (original_code_notes §1.4, ``server.add_layer``): means of the last ``window`` validation losses."""
     without, with_ = np.array([1.0, 0.8, 0.5, 0.9]), np.array([0.9, 0.8, 0.6, 0.85])
     assert keep_eq9(without, with_, 0.0).tolist() == [True, False, False, True]
     assert keep_eq9(without, with_, 0.07).tolist() == [True, False, False, False]
-    # 2 clients; rounds at level 0, 0, 1, 1; client 1 dropped level 0? (kept[:, 0] always True)
-    losses = np.array([[1.0, 1.0], [0.8, 0.6], [0.7, 0.9], [0.5, 0.7]])
+    # 3 clients; rounds at level 0, 0, 1, 1 (one row per round, one column per client)
+    losses = np.array([[1.0, 1.0, 0.5], [0.8, 0.6, 0.9], [0.7, 0.9, 0.95], [0.5, 0.65, 0.6]])
     levels = np.array([0, 0, 1, 1])
-    kept = np.ones((2, 2), dtype=bool)
-    # client 0: before mean 0.9, now 0.6 -> keeps; client 1: before 0.8, now 0.8 -> drops (eps 0)
-    assert keep_window(losses, levels, kept, 1, window=50, epsilon=0.0).tolist() == [True, False]
-    # window 1: client 1 compares 0.6 with 0.7 -> drops; client 0: 0.8 vs 0.5 -> keeps
-    assert keep_window(losses, levels, kept, 1, window=1, epsilon=0.0).tolist() == [True, False]
+    kept = np.ones((3, 2), dtype=bool)
+    # all rounds: before = (0.9, 0.8, 0.7), now = (0.6, 0.775, 0.775) -> keep, keep, drop
+    assert keep_window(losses, levels, kept, 1, window=50, epsilon=0.0).tolist() == [True, True, False]
+    # window 1: before = (0.8, 0.6, 0.9), now = (0.5, 0.65, 0.6) -> keep, drop, keep
+    assert keep_window(losses, levels, kept, 1, window=1, epsilon=0.0).tolist() == [True, False, True]
+    # client 2 dropped level 1 earlier: at level 2 it compares with level 0, the last level it kept
+    losses3 = np.vstack([losses, [[0.4, 0.6, 0.8]]])
+    kept3 = np.array([[True, True, True], [True, True, True], [True, False, True]])
+    # window 1: before = (0.5, 0.65, 0.9), now = (0.4, 0.6, 0.8): margins 0.1, 0.05, 0.1 against eps 0.09
+    assert keep_window(losses3, np.r_[levels, 2], kept3, 2, window=1, epsilon=0.09).tolist() == [True, False, True]
 
 
 def test_pruning_drops_exactly_the_clients_whose_validation_loss_did_not_improve():
+    """FeMAM Eq. (9) / Algorithm 2 lines 14-16: when the newest level has converged, client i drops it
+    iff loss without it - loss with it <= epsilon (0) on its validation data; a dropped level leaves
+    the client's prediction and is no longer trained for it."""
     fed = federation()
     alg, state = run("femam", fed, 2, structure=["global", "personal"], init_rounds=1, window=1, threshold=1e9)
     assert state["complete"] and state["added"] == [0, 1]
@@ -175,18 +265,168 @@ def test_pruning_drops_exactly_the_clients_whose_validation_loss_did_not_improve
         assert (i in state["pruned"][1]) == (without - with_level <= 0), i
         assert state["kept"][i, 1] == (i not in state["pruned"][1])
     assert state["groups"][1].tolist() == [-1 if i in state["pruned"][1] else i for i in range(fed.num_clients)]
+    assert 0 < len(state["pruned"][1]) < fed.num_clients
+    before = {k: v.clone() for k, v in state["levels"][1].items()}
+    state, _ = alg.round(fed, state, 3)
+    for i in range(fed.num_clients):
+        x, y = client_rows(fed, i, "val")
+        outs = [output(template, row(level, i), x) for level in state["levels"]]
+        kept = i not in state["pruned"][1]
+        assert state["val_log"][-1][i] == pytest.approx(F.cross_entropy(outs[0] + outs[1] if kept else outs[0], y).item(), rel=1e-5)
+        assert kept != all(torch.equal(state["levels"][1][k][i], before[k][i]) for k in before)
 
 
-def test_structure_artifact_and_scores():
-    fed = federation()
-    alg, state = run("femam", fed, 4, structure=["global", "cluster", "personal"], num_clusters=2,
-                     init_rounds=1, window=1, threshold=1e9)
+def run_planted(rounds, structure=("global", "cluster", "personal"), **params):
+    """FeMAM on the planted federation: the first level converges at round 3 (init_rounds 3,
+    window 2, threshold huge), the next one 2 rounds after it was added."""
+    fed = planted_federation()
+    options = dict(num_clusters=2, init_rounds=3, window=2, threshold=1e9) | params
+    alg, state = run("femam", fed, rounds, structure=list(structure), **options)
+    return fed, alg, state
+
+
+def test_cluster_level_recovers_planted_groups_and_averages_them_by_hand():
+    """FeMAM Algorithm 2, lines 4-13 at a cluster level: every client trains only the newest level on
+    the additive prediction (Eqs. 2, 8) with lam/2 ||theta - Theta_C(i)||^2 (Eq. B.4), the server
+    groups the trained level models by k-means (Eq. B.3) and each group's model is the sample-weighted
+    average of its members' (Eq. 7 / B.1b), broadcast to them (Eq. 6).  Planted: two label-flipped
+    client groups; the grouping and its scores are checked against the planted truth."""
+    fed, alg, state = run_planted(3)
+    assert state["added"] == [0, 3]
+    global_level, start = state["levels"][0], state["levels"][1]
+    state, _ = alg.round(fed, state, 4)
+    groups = alg.level_clusters(fed, state)
+    assert adjusted_rand_score(PLANTED, groups["level2"]) == 1.0
+    scores = structure_scores(groups, {"planted": PLANTED.tolist()})
+    assert scores["level2"]["planted"]["ari"] == 1.0 and scores["level2"]["planted"]["nmi"] == pytest.approx(1.0)
+    assert scores["level1"]["planted"]["ari"] == 0.0  # the global level is one group
+    # by hand: client i trains level 2 from the level's start with level 1 frozen, then Eq. (7) per planted group
+    trained = [train_newest_by_hand(fed.model, [row(global_level, i)], row(start, i), *client_rows(fed, i), mu=alg.lam)
+               for i in range(fed.num_clients)]
+    for g in (0, 1):
+        members = np.flatnonzero(PLANTED == g)
+        assert_rows(state["levels"][1], weighted_mean(trained, fed.data.train.counts, members), members)
+    for k, v in global_level.items():
+        assert torch.equal(state["levels"][0][k], v)  # the frozen level did not move
+    # the recorded validation loss is the additive prediction's (Eq. 2): CE(f(x; level 1) + f(x; level 2), y)
+    for i in range(fed.num_clients):
+        x, y = client_rows(fed, i, "val")
+        loss = F.cross_entropy(sum(output(fed.model, row(level, i), x) for level in state["levels"]), y)
+        assert state["val_log"][-1][i] == pytest.approx(float(loss), rel=1e-5)
     structure = alg.artifacts(fed, state)["structure"]
-    assert [level["added_round"] for level in structure["levels"]] == [0, 1, 2]
+    assert [level["added_round"] for level in structure["levels"]] == [0, 3]
     assert [t["round"] for t in structure["trace"]] == [1, 2, 3, 4]
-    levels = alg.level_clusters(fed, state)
-    scores = structure_scores(levels, {"cluster": levels["level2"].tolist(), "none": [0] * fed.num_clients})
-    assert scores["level2"]["cluster"]["ari"] == 1.0 and scores["level2"]["cluster"]["nmi"] == pytest.approx(1.0)
+    assert sorted(map(sorted, structure["levels"][1]["groups"].values())) == [[0, 2, 5, 6], [1, 3, 4, 7]]
+
+
+@pytest.mark.parametrize("threshold", [5.0, 2.0])
+def test_levels_are_added_when_the_validation_accuracy_variance_falls_below_the_threshold(threshold):
+    """FeMAM Algorithm 1 lines 2-15 / Sec. 3.4 "progressive level adding" with Sec. 5.1's test: a
+    level converges at round t >= init_rounds once the variance of the mean validation accuracy (in
+    percent) over the level's last ``window`` rounds is < threshold; then the next level is added and
+    the test restarts; after the last level the structure is complete.  Replayed by hand from the
+    recorded accuracies (threshold 5: init_rounds holds the first level back; threshold 2: the
+    restart after adding a level matters)."""
+    init_rounds, window, rounds = 4, 3, 16
+    fed, alg, state = run_planted(rounds, init_rounds=init_rounds, window=window, threshold=threshold)
+    accuracy = [100 * acc for _, _, _, acc in state["trace"]]
+    added, since, complete, blocked = [0], [], False, 0
+    for t, acc in enumerate(accuracy, start=1):
+        since.append(acc)
+        if t < init_rounds or len(since) < window or complete:
+            continue
+        if np.var(since[-window:]) >= threshold:
+            blocked += 1  # the threshold, not the window, held the level back
+            continue
+        if len(added) == len(alg.structure):
+            complete = True
+        else:
+            added.append(t)
+        since = []
+    assert blocked > 0 and len(added) == 3  # the case exercises the threshold and adds every level
+    assert state["added"] == added and state["complete"] == complete
+    assert [n for _, n, _, _ in state["trace"]] == [1 + sum(t > a for a in added[1:]) for t in range(1, rounds + 1)]
+
+
+def test_a_new_level_starts_from_one_random_model_or_the_codes_copy_of_level_one():
+    """FeMAM Algorithm 2 line 2: the added level's models are randomly initialised, every client
+    starting it from the same model; the code's ``new_level: global_copy`` (notes §1.4, §1.7.5) starts it from
+    a copy of level 1 instead, and changes nothing before."""
+    fed, _, paper = run_planted(3)
+    _, _, code = run_planted(3, new_level="global_copy")
+    for k, v in paper["levels"][1].items():
+        assert torch.equal(v, v[:1].expand_as(v))
+        assert not torch.equal(v[0], paper["levels"][0][k][0]) and not torch.equal(v[0], model_weights(fed.model)[k])
+        assert torch.equal(code["levels"][0][k], paper["levels"][0][k])
+        assert torch.equal(code["levels"][1][k], paper["levels"][0][k])
+
+
+def by_hand_window_keep(losses, levels, window):
+    """The code's pruning for a 2-level run: mean of the client's last ``window`` validation losses
+    at level 1 below the mean of its last ``window`` at level 0."""
+    before, now = losses[levels == 0][-window:].mean(0), losses[levels == 1][-window:].mean(0)
+    return before - now > 0.0
+
+
+def test_window_pruning_in_a_run_follows_its_window_by_hand():
+    """FeMAM's released code (original_code_notes §1.4, ``pruning: window``): when the level converges a client
+    keeps it iff the mean of its last ``window`` validation losses with the level beats the mean of its
+    last ``window`` before.  Two runs (window 1 and 3) prune differently, each exactly as computed by
+    hand from its recorded validation losses (and not as the other window, or all rounds, would)."""
+    decisions = {}
+    for window in (1, 3):
+        fed = make_federation(data_with_val(), mlp(1), LocalSGD(epochs=1, batch_size=8, lr=0.1), seed=1)
+        alg, state = run("femam", fed, 4 + window, structure=["global", "personal"], init_rounds=4, window=window,
+                         threshold=1e9, pruning="window")
+        assert state["added"] == [0, 4] and state["complete"]
+        losses, levels = np.stack(state["val_log"]), np.array(state["val_level"])
+        keep = by_hand_window_keep(losses, levels, window)
+        other = by_hand_window_keep(losses, levels, 4 if window == 1 else 1)  # 4: every round of level 0
+        assert not np.array_equal(keep, other)
+        assert state["kept"][:, 1].tolist() == keep.tolist()
+        assert state["pruned"][1] == np.flatnonzero(~keep).tolist()
+        decisions[window] = keep.tolist()
+    assert decisions[1] != decisions[3]
+
+
+def test_ablated_structures_differ_from_full_femam_only_at_the_ablated_level():
+    """FeMAM Table 2 (levels excluded; ``femam_no*`` in config/experiments/femam.yaml): a structure
+    without some level runs the same steps as full FeMAM except at that level.  Full: global, cluster,
+    personal.  Without the cluster level the second level is personal: each client keeps its own
+    trained model (Eq. B.5, no averaging, no proximal term).  Without the personal level the run is the
+    full one until the personal level would be added, then the structure is complete.  Without the
+    global level the first level is a cluster level grouped and averaged from the initial model."""
+    fed, _, full = run_planted(4)
+    assert full["added"] == [0, 3]
+    # without the cluster level
+    fed_p, alg_p, before = run_planted(3, structure=("global", "personal"))
+    start, cluster_start = before["levels"][1], run_planted(3)[2]["levels"][1]
+    after, _ = alg_p.round(fed_p, before, 4)
+    for k in full["levels"][0]:
+        assert torch.equal(after["levels"][0][k], full["levels"][0][k])
+        assert torch.equal(start[k], cluster_start[k])  # the same random start as the cluster level
+    for i in range(fed.num_clients):
+        by_hand = train_newest_by_hand(fed.model, [row(full["levels"][0], i)], row(start, i), *client_rows(fed, i), mu=0.0)
+        assert_rows(after["levels"][1], by_hand, [i])
+    assert after["groups"][1].tolist() == list(range(fed.num_clients))
+    # without the personal level: identical to the full run, then complete instead of adding a level
+    _, _, no_personal = run_planted(5, structure=("global", "cluster"))
+    _, _, full5 = run_planted(5)
+    assert full5["added"] == [0, 3, 5] and no_personal["added"] == [0, 3]
+    assert no_personal["complete"] and len(no_personal["levels"]) == 2
+    for l in (0, 1):
+        assert np.array_equal(no_personal["groups"][l], full5["groups"][l])
+        for k in full5["levels"][l]:
+            assert torch.equal(no_personal["levels"][l][k], full5["levels"][l][k])
+    # without the global level: round 1 groups the clients' level-1 models trained from the initial model
+    fed_c, alg_c, clustered = run_planted(1, structure=("cluster", "personal"))
+    assert adjusted_rand_score(PLANTED, clustered["groups"][0]) == 1.0 and alg_c.global_model(fed_c, clustered) is None
+    initial = model_weights(fed_c.model)
+    trained = [train_newest_by_hand(fed.model, [], initial, *client_rows(fed, i), mu=alg_c.lam)
+               for i in range(fed.num_clients)]
+    for g in (0, 1):
+        members = np.flatnonzero(PLANTED == g)
+        assert_rows(clustered["levels"][0], weighted_mean(trained, fed.data.train.counts, members), members)
 
 
 # ---- baselines -------------------------------------------------------------------------------------
@@ -216,36 +456,65 @@ def test_ditto_personal_models_approach_fedavgs_model_as_lam_grows():
 
 
 def test_fedrep_averages_only_the_body_and_keeps_each_clients_head():
+    """FedRep (Collins et al. 2021), Algorithm 1: each client first runs ``head_epochs`` updates of
+    its head with the body fixed, then ``body_epochs`` of the body with the new head fixed; the server
+    averages only the bodies (sample-weighted), every client keeps its head.  Full batch: 2 head steps,
+    then 3 body steps, by hand."""
     fed = federation(full_batch())
     initial = model_weights(fed.model)
-    alg, state = run("fedrep", fed, 1, head_epochs=1, body_epochs=1)
-    # by hand: each client one full-batch step on the head (body fixed), then one on the body (head fixed)
-    bodies, heads, counts = [], [], fed.data.train.counts
+    alg, state = run("fedrep", fed, 1, head_epochs=2, body_epochs=3)
+    head, body = ["3.weight", "3.bias"], ["1.weight", "1.bias"]
+    trained = []
     for i in range(fed.num_clients):
-        rows = fed.data.train.index[i, : int(counts[i])]
-        x, y = fed.data.x[rows], fed.data.y[rows]
-        w = {k: v.clone().requires_grad_(True) for k, v in initial.items()}
-        for part in (["3.weight", "3.bias"], ["1.weight", "1.bias"]):
-            loss = F.cross_entropy(torch.func.functional_call(fed.model, w, (x,)), y)
-            grads = torch.autograd.grad(loss, [w[k] for k in part])
-            with torch.no_grad():
-                for k, g in zip(part, grads):
-                    w[k] -= 0.2 * g
-        bodies.append({k: w[k].detach() for k in ("1.weight", "1.bias")})
-        heads.append({k: w[k].detach() for k in ("3.weight", "3.bias")})
-    n = counts.double() / counts.sum()
-    for k in ("1.weight", "1.bias"):
-        expected = sum(float(n[i]) * bodies[i][k].double() for i in range(fed.num_clients)).float()
-        torch.testing.assert_close(state["global"][k], expected, atol=1e-5, rtol=1e-5)
-    for k in ("3.weight", "3.bias"):
-        torch.testing.assert_close(state["heads"][k], torch.stack([h[k] for h in heads]), atol=1e-5, rtol=1e-5)
+        x, y = client_rows(fed, i)
+        after_head = gd_by_hand(fed.model, initial, x, y, steps=2, lr=0.2, keys=head)
+        trained.append(gd_by_hand(fed.model, after_head, x, y, steps=3, lr=0.2, keys=body))
+    everyone = np.arange(fed.num_clients)
+    averaged = weighted_mean(trained, fed.data.train.counts, everyone)
+    for k in body:
+        torch.testing.assert_close(state["global"][k], averaged[k], atol=1e-5, rtol=1e-5)
+    for k in head:
+        torch.testing.assert_close(state["heads"][k], torch.stack([t[k] for t in trained]), atol=1e-5, rtol=1e-5)
     models = alg.client_models(fed, state, 1)
     assert torch.equal(models["1.weight"][0], models["1.weight"][-1]) and not torch.equal(models["3.weight"][0], models["3.weight"][-1])
 
 
-def test_fesem_plus_is_fesem_with_finetuning():
-    alg = ALGORITHMS["fesem_plus"](num_clusters=2)
-    assert alg.finetune_epochs == 2 and alg.num_clusters == 2
+def test_ditto_personal_step_by_hand():
+    """Ditto (Li et al. 2021), Algorithm 1: the global model w runs FedAvg's local SGD; the personal
+    model takes v <- v - lr (grad F(v) + lam (v - w^t)), w^t the global model the round started from.
+    One client, full batch, 2 steps per round, 2 rounds (so that v != w^t), by hand."""
+    lam, lr = 0.5, 0.2
+    data = data_with_val([30])
+    fed = make_federation(data, mlp(), LocalSGD(epochs=2, batch_size=64, lr=lr))
+    alg = ALGORITHMS["ditto"](lam=lam)
+    state = alg.init(fed, model_weights(fed.model))
+    x, y = client_rows(fed, 0)
+    w, v = model_weights(fed.model), model_weights(fed.model)
+    for t in (1, 2):
+        state, _ = alg.round(fed, state, t)
+        w, v = gd_by_hand(fed.model, w, x, y, 2, lr), gd_by_hand(fed.model, v, x, y, 2, lr, mu=lam, center=w)
+        for k in w:
+            torch.testing.assert_close(state["global"][k], w[k], atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(state["personal"][k][0], v[k], atol=1e-6, rtol=1e-5)
+    assert any(not torch.allclose(w[k], v[k], atol=1e-3) for k in w)
+
+
+def test_fesem_plus_scores_each_client_with_its_cluster_model_fine_tuned_by_hand():
+    """FeSEM+ (FeMAM Sec. 5.1): FeSEM's training, then every client fine-tunes its cluster's model for
+    ``finetune_epochs`` (2) local epochs before it is scored.  Full batch: 2 GD steps, by hand."""
+    plus, plain = ALGORITHMS["fesem_plus"](num_clusters=2), ALGORITHMS["fesem"](num_clusters=2)
+    assert plus.finetune_epochs == 2
+    fed, fed_plain = federation(full_batch()), federation(full_batch())
+    _, state = run(plus, fed, 2)
+    _, state_plain = run(plain, fed_plain, 2)
+    assert torch.equal(state["assign"], state_plain["assign"]) and set(state["assign"].tolist()) == {0, 1}
+    for k in state["centres"]:
+        assert torch.equal(state["centres"][k], state_plain["centres"][k])
+    scored = plus.client_models(fed, state, 2)
+    for i in range(fed.num_clients):
+        cluster = row(state["centres"], int(state["assign"][i]))
+        tuned = gd_by_hand(fed.model, cluster, *client_rows(fed, i), steps=2, lr=0.2)
+        assert_rows(scored, tuned, [i])
 
 
 # ---- protocol and bad input ------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """FLT's server updates against the algorithms they generalise (Algorithm 3, cases I and II)."""
 
 import numpy as np
+import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from conftest import make_data, make_federation
@@ -87,6 +89,46 @@ def test_case_two_averages_all_members_or_only_the_sampled_ones_by_hand():
         for k, v in w0.items():
             want = torch.stack([f * v for f in factors])
             torch.testing.assert_close(state["clients"][k], want, rtol=1e-5, atol=1e-6)
+
+
+def gd_step(template, weights, x, y, lr):
+    """One full-batch gradient step on the mean cross-entropy, plain autograd."""
+    w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
+    loss = F.cross_entropy(torch.func.functional_call(template, w, (x,)), y)
+    return {k: (w[k] - lr * g).detach() for k, g in zip(w, torch.autograd.grad(loss, list(w.values())))}
+
+
+@pytest.mark.parametrize("aggregation", ["simultaneous", "in_place"])
+def test_case_one_round_averages_over_the_relatedness_graph_by_hand(aggregation):
+    """FLT Algorithm 3, lines 5-19, case I: the sampled clients train their own models (one full-batch
+    step here), the server collects W̄ (the others' current models) and every client's model becomes the
+    Ã-neighbourhood's sample-weighted average w_m = sum_j Ã_mj n_j w̄_j / sum_j Ã_mj n_j ("in_place":
+    the authors' loop, client m already averaging the updated w_0..w_{m-1}).  Ã: the path 0-1-2-3-4 with
+    self-loops; clients hold different models; sampled {0, 2}."""
+    lr = 0.1
+    fed = make_federation(make_data(SIZES), mlp(), LocalSGD(1, 64, lr), seed=3)
+    fed.sample_clients = lambda: torch.tensor([0, 2])
+    algorithm = ALGORITHMS["flt"](encoder="unused", aggregation=aggregation)
+    models = []
+    for m in range(len(SIZES)):
+        torch.manual_seed(100 + m)
+        models.append(model_weights(nn.Sequential(nn.Flatten(), nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))))
+    adjacency = np.eye(5) + np.eye(5, k=1) + np.eye(5, k=-1)
+    stacked = {k: torch.stack([w[k] for w in models]) for k in models[0]}
+    state, _ = algorithm.round(fed, {"clients": stacked, "adjacency": adjacency, "clusters": None}, 1)
+    current = []
+    for m, w in enumerate(models):
+        rows = fed.data.train.index[m, : SIZES[m]]
+        current.append(gd_step(fed.model, w, fed.data.x[rows], fed.data.y[rows], lr) if m in (0, 2) else w)
+    updated = list(current)
+    for m in range(5):
+        weights = adjacency[m] * np.array(SIZES, dtype=np.float64)
+        source = updated if aggregation == "in_place" else current
+        updated[m] = {k: sum(float(a) * source[j][k].double() for j, a in enumerate(weights)).float() / float(weights.sum())
+                      for k in models[0]}
+    for m in range(5):
+        for k, v in updated[m].items():
+            torch.testing.assert_close(state["clients"][k][m], v, rtol=1e-5, atol=1e-6)
 
 
 def test_neighbour_average_by_hand():

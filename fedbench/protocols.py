@@ -1,6 +1,6 @@
 """Evaluation protocols: which model is scored on which test data, at which round, averaged how.
 
-The four papers disagree (see docs/fidelity.md and original_code_notes §5), so the protocol
+The four papers disagree (see docs/fidelity.md and docs/original_code_notes.md §5), so the protocol
 is part of every experiment.  A protocol reads the per-round ``history`` table that every
 run records and returns the round whose numbers are reported plus those numbers.
 """

@@ -48,6 +48,40 @@ def make_federation(data: FederatedData, model, local: LocalSGD, participation=1
     )
 
 
+def ce_gradient(model, params, x, y):
+    """Gradient (a dict like ``params``) and value of the mean cross-entropy of ``model`` at ``params``
+    on (x, y), by plain autograd on one client's batch: the independent check of the batched oracles."""
+    leaves = {n: v.detach().clone().requires_grad_() for n, v in params.items()}
+    loss = torch.nn.functional.cross_entropy(torch.func.functional_call(model, leaves, (x,)), y)
+    return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values())))), loss.detach()
+
+
+@pytest.fixture
+def saved_figures(monkeypatch) -> list:
+    """Every matplotlib ``Figure`` saved during the test, in order (``Figure.savefig`` is wrapped), so a
+    figure test can check what was drawn (lines' data, cell values, labels), not only that a file exists."""
+    from matplotlib.figure import Figure
+
+    saved, savefig = [], Figure.savefig
+
+    def recording_savefig(self, *args, **kwargs):
+        saved.append(self)
+        return savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording_savefig)
+    return saved
+
+
+def coloured_pixels(png: Path) -> int:
+    """Pixels of the image ``png`` with a visible hue (largest minus smallest channel > 0.2), read back
+    with ``matplotlib.image.imread``: what curves, bands, markers and heatmap cells paint; background,
+    text, axes and grid lines are grey, so a figure with its data left out has (almost) none."""
+    from matplotlib.image import imread
+
+    rgb = imread(png)[..., :3].astype(np.float64)
+    return int((rgb.max(-1) - rgb.min(-1) > 0.2).sum())
+
+
 @pytest.fixture(autouse=True)
 def no_system_fashion_mnist(monkeypatch, tmp_path_factory):
     """Tests never read the Fashion-MNIST that Debian's ``dataset-fashion-mnist`` may have installed:

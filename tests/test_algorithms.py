@@ -1,6 +1,7 @@
 """Server algorithms against numbers derived by hand."""
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -25,6 +26,27 @@ def mlr_gradient(w, b, x, y, classes):
     p /= p.sum(1, keepdims=True)
     residual = p - np.eye(classes)[y]
     return residual.T @ x / len(y), residual.mean(0)
+
+
+def sgd_by_hand(w, b, x, y, batches, lr, *, mu=0.0, momentum=0.0):
+    """``torch.optim.SGD`` (dampening 0; the first step's buffer is the gradient) over ``batches`` (lists
+    of data rows) on mean cross-entropy + mu/2 ||(W, b) - (W0, b0)||^2, from (W0, b0) = (w, b)."""
+    w0, b0, buf = w, b, None
+    for rows in batches:
+        gw, gb = mlr_gradient(w, b, x[rows], y[rows], len(b))
+        gw, gb = gw + mu * (w - w0), gb + mu * (b - b0)
+        buf = (gw, gb) if buf is None else (momentum * buf[0] + gw, momentum * buf[1] + gb)
+        w, b = w - lr * buf[0], b - lr * buf[1]
+    return w, b
+
+
+def client_batches(data, plan, position, client):
+    """Data rows of ``client``'s minibatches, in order, from row ``position`` of ``plan``."""
+    return [data.train.index[client][batch].numpy() for batch in plan.client_batches(position)]
+
+
+def numpy_data(data):
+    return data.x.numpy().astype(np.float64), data.y.numpy()
 
 
 def run(algorithm, fed, rounds):
@@ -68,31 +90,66 @@ def test_fedprox_with_mu_zero_is_fedavg():
     assert any(not torch.allclose(a["global"][k], c["global"][k]) for k in a["global"])
 
 
-def test_fedprox_proximal_term_shrinks_the_local_update():
-    data = make_data([40, 40])
-    hp = LocalSGD(epochs=3, batch_size=5, lr=0.2)
-    start = model_weights(zero_mlr())
-    drift = {}
-    for mu in (0.0, 5.0):
-        fed = make_federation(data, zero_mlr(), hp, seed=0)
-        state = run(ALGORITHMS["fedprox"](mu=mu), fed, 1)
-        drift[mu] = sum(float((state["global"][k] - start[k]).norm()) for k in start)
-    assert drift[5.0] < 0.6 * drift[0.0]
+def fedavg_by_hand(data, hp, *, seed, sampled, rounds, mu=0.0):
+    """FedAvg / FedProx in numpy on the federation's random stream: every round ``sampled`` distinct
+    clients (``randperm``, in increasing order), then their batch plan; each runs ``sgd_by_hand`` from
+    the global model, which becomes the sample-weighted average of their models."""
+    g = torch.Generator().manual_seed(seed)
+    x, y = numpy_data(data)
+    counts = data.train.counts
+    w, b = np.zeros((data.num_classes, x.shape[1])), np.zeros(data.num_classes)
+    for _ in range(rounds):
+        chosen = torch.randperm(len(counts), generator=g)[:sampled].sort().values
+        plan = make_batch_plan(counts[chosen], hp.epochs, hp.batch_size, g)
+        local = [sgd_by_hand(w, b, x, y, client_batches(data, plan, c, k), hp.lr, mu=mu, momentum=hp.momentum)
+                 for c, k in enumerate(chosen.tolist())]
+        share = counts[chosen].numpy() / counts[chosen].sum().item()
+        w = sum(p * wk for p, (wk, _) in zip(share, local))
+        b = sum(p * bk for p, (_, bk) in zip(share, local))
+    return w, b
 
 
-def test_local_is_full_batch_gradient_descent_per_client():
+@pytest.mark.parametrize(
+    "method, params, momentum",
+    [("fedavg", {}, 0.0), ("fedprox", {"mu": 0.8}, 0.5)],
+)
+def test_fedavg_and_fedprox_rounds_by_hand(method, params, momentum):
+    """FedAvg (McMahan et al. 2017, Algorithm 1): each round m = max(C K, 1) = 2 of the K = 4 clients
+    run E epochs of minibatch SGD from w_t and w_{t+1} = sum_{k in S_t} n_k / m_t w^k_{t+1}; FedProx
+    (Li et al. 2020, Eq. 2 / Algorithm 2): the local objective adds mu/2 ||w - w_t||^2, i.e. each local
+    gradient gets mu (w - w_t) with w_t the model received this round (here with momentum 0.5)."""
+    data = make_data([9, 4, 13, 6], test=2)
+    hp = LocalSGD(epochs=2, batch_size=4, lr=0.5, momentum=momentum)
+    fed = make_federation(data, zero_mlr(), hp, participation=0.5, seed=3)
+    state = run(ALGORITHMS[method](**params), fed, rounds=3)
+    w, b = fedavg_by_hand(data, hp, seed=3, sampled=2, rounds=3, mu=params.get("mu", 0.0))
+    np.testing.assert_allclose(state["global"]["1.weight"].numpy(), w, atol=1e-5)
+    np.testing.assert_allclose(state["global"]["1.bias"].numpy(), b, atol=1e-5)
+
+
+def test_local_trains_only_the_sampled_clients_each_on_its_own_data():
+    """Local (no federation): a sampled client takes its local epoch (one batch holds all its samples:
+    one full-batch gradient step) from its own previous model on its own data; the others keep theirs.
+    Two of three clients a round (participation 2/3), replayed from the federation's stream."""
     data = make_data([6, 9, 4])
-    hp = LocalSGD(epochs=1, batch_size=16, lr=0.3)  # one batch holds all of a client's samples
-    fed = make_federation(data, zero_mlr(), hp)
+    hp = LocalSGD(epochs=1, batch_size=16, lr=0.3)
+    fed = make_federation(data, zero_mlr(), hp, participation=2 / 3, seed=2)
     state = run(ALGORITHMS["local"](), fed, rounds=5)
-    x, y = data.x.numpy().astype(np.float64), data.y.numpy()
-    for k in range(3):
-        rows = data.train.index[k, : data.train.counts[k]].numpy()
-        w, b = np.zeros((3, 5)), np.zeros(3)
-        for _ in range(5):
-            gw, gb = mlr_gradient(w, b, x[rows], y[rows], 3)
-            w, b = w - hp.lr * gw, b - hp.lr * gb
+    x, y = numpy_data(data)
+    models = [(np.zeros((3, 5)), np.zeros(3)) for _ in range(3)]
+    g = torch.Generator().manual_seed(2)
+    trained = set()
+    for _ in range(5):
+        chosen = torch.randperm(3, generator=g)[:2].sort().values
+        make_batch_plan(data.train.counts[chosen], hp.epochs, hp.batch_size, g)  # advances the stream
+        for k in chosen.tolist():
+            rows = data.train.index[k, : data.train.counts[k]].numpy()
+            models[k] = sgd_by_hand(*models[k], x, y, [rows], hp.lr)
+        trained.add(tuple(chosen.tolist()))
+    assert len(trained) > 1  # the sampled pair changes across rounds
+    for k, (w, b) in enumerate(models):
         np.testing.assert_allclose(state["clients"]["1.weight"][k].numpy(), w, atol=1e-5)
+        np.testing.assert_allclose(state["clients"]["1.bias"][k].numpy(), b, atol=1e-5)
 
 
 def test_participation_samples_round_rho_k_distinct_clients():
@@ -109,15 +166,26 @@ def test_weighted_average_by_hand():
     assert avg["steps"] == 5  # integer buffers: max
 
 
-def test_fedavg_plus_finetunes_each_client_without_touching_the_global_model():
-    data = make_data([20, 20, 20])
-    hp = LocalSGD(epochs=1, batch_size=5, lr=0.1)
+def test_fedavg_plus_scores_each_client_with_the_global_model_finetuned_on_its_data():
+    """FedAvg+ (FeMAM, Sec. 5 baselines: FedAvg "with personalized fine-tuning for 2 epochs"): client k is
+    scored with the global model after finetune_epochs = 2 epochs of local SGD on its own data, in the
+    evaluation-time stream of round t; the fine-tuning is a copy that never feeds back into training."""
+    data = make_data([11, 6, 9], test=2)
+    hp = LocalSGD(epochs=1, batch_size=4, lr=0.3)
     plus = ALGORITHMS["fedavg_plus"](finetune_epochs=2)
-    fed = make_federation(data, zero_mlr(), hp)
-    state = run(plus, fed, 2)
-    plain = run(ALGORITHMS["fedavg"](), make_federation(data, zero_mlr(), hp), 2)
-    assert torch.equal(state["global"]["1.weight"], plain["global"]["1.weight"])
-    tuned = plus.client_models(fed, state, 2)["1.weight"]
-    assert not torch.allclose(tuned[0], tuned[1])
-    again = plus.client_models(fed, state, 2)["1.weight"]
-    assert torch.equal(tuned, again)  # evaluation-time randomness is a function of (seed, round)
+    fed = make_federation(data, zero_mlr(), hp, participation=2 / 3, seed=5)
+    state = plus.init(fed, model_weights(fed.model))
+    for t in (1, 2):
+        state, _ = plus.round(fed, state, t)
+        tuned = plus.client_models(fed, state, t)  # evaluated between rounds, as the pipeline does
+    plain = run(ALGORITHMS["fedavg"](), make_federation(data, zero_mlr(), hp, participation=2 / 3, seed=5), 2)
+    for k in plain["global"]:
+        assert torch.equal(state["global"][k], plain["global"][k])
+
+    x, y = numpy_data(data)
+    start = [state["global"][k].double().numpy() for k in ("1.weight", "1.bias")]
+    plan = make_batch_plan(data.train.counts, 2, hp.batch_size, fed.eval_generator(2))
+    for k in range(3):
+        w, b = sgd_by_hand(*start, x, y, client_batches(data, plan, k, k), hp.lr)
+        np.testing.assert_allclose(tuned["1.weight"][k].numpy(), w, atol=1e-5)
+        np.testing.assert_allclose(tuned["1.bias"][k].numpy(), b, atol=1e-5)

@@ -316,13 +316,22 @@ def test_fesem_recovers_groups_under_partial_participation():
         assert (state["assign"] >= 0).all() and aris[-1] == 1.0, (seed, aris)
 
 
-def test_assignment_figure_is_written(tmp_path):
+def test_assignment_figure_is_written(tmp_path, saved_figures):
+    """Client x round cells: a client keeps its last cluster until sampled again, blank before its
+    first (client 1 is first sampled in round 2); rows in ground-truth order, the truth as a strip."""
     import pandas as pd
 
     from fedbench.results.clustering_figures import plot_assignments
 
     frame = pd.DataFrame({"round": [1, 1, 2, 3], "client": [0, 2, 1, 0], "cluster": [0, 1, 1, 0]})
-    plot_assignments(frame, [0, 1, 1], tmp_path / "a.png")
+    plot_assignments(frame, [1, 0, 1], tmp_path / "a.png")
+    strip, ax = saved_figures[-1].axes
+    cells = ax.images[0].get_array()
+    # rows by truth: client 1 (truth 0), then clients 0 and 2 (truth 1)
+    assert cells.mask.tolist() == [[True, False, False], [False, False, False], [False, False, False]]
+    assert cells.filled(-1).tolist() == [[-1, 1, 1], [0, 0, 0], [1, 1, 1]]
+    assert strip.images[0].get_array().ravel().tolist() == [0, 1, 1]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "3"]
     assert (tmp_path / "a.png").stat().st_size > 0
 
 

@@ -15,12 +15,13 @@ import torch.nn.functional as F
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
+from conftest import coloured_pixels
 from test_workflow import REPO, TINY_CONFIG, planned_jobs, snakemake, write_config
 
 from fedbench.algorithms import ALGORITHMS
 from fedbench.config import ConfigError, check_config
 from fedbench.data import load_dataset
-from fedbench.encoders import embed_clients, load_encoder, pretrain_encoder
+from fedbench.encoders import embed_clients, load_encoder, plot_loss_curve, pretrain_encoder
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.models.convae import ConvAE, autoencoder_spec, build_autoencoder
@@ -78,6 +79,18 @@ def test_pretraining_reduces_the_reconstruction_loss(pretrained):
     assert written["test_loss"].iloc[-1] < 0.5 * written["test_loss"].iloc[0]  # digits28 has a test split
     pd.testing.assert_frame_equal(written, curve, check_dtype=False)
     assert not list(out.glob(".*tmp*"))  # atomic writes leave no temporaries
+
+
+def test_loss_curve_figure_draws_the_train_and_test_losses(pretrained, tmp_path, saved_figures):
+    """The pretraining figure: train and test MSE against epoch (log scale), one line each, from the CSV."""
+    out, curve = pretrained
+    plot_loss_curve(out / "enc_loss.csv", tmp_path / "enc_loss.png")
+    (ax,) = saved_figures[-1].axes
+    assert [line.get_label() for line in ax.lines] == ["train", "test"]
+    for line, column in zip(ax.lines, ("train_loss", "test_loss")):
+        assert list(line.get_xdata()) == list(curve["epoch"])
+        np.testing.assert_allclose(line.get_ydata(), curve[column], rtol=1e-12)
+    assert (ax.get_yscale(), ax.get_title()) == ("log", "enc")
 
 
 def test_load_encoder_round_trips(pretrained):
@@ -222,6 +235,7 @@ def test_rule_pretrains_the_encoder(tmp_path):
     snakemake(tmp_path, "--cores", "1", "encoders", configfile=configfile)
     out = tmp_path / "results" / "encoders"
     assert {p.name for p in out.iterdir()} == {"enc.pt", "enc_loss.csv", "enc_loss.png"}
+    assert coloured_pixels(out / "enc_loss.png") > 1000  # the two curves are drawn (the legend alone: about 250)
     assert load_encoder(out / "enc.pt").encode(torch.zeros(1, 1, 28, 28)).shape == (1, 128)
     assert len(pd.read_csv(out / "enc_loss.csv")) == 3
     assert "encoder enc epoch 2/2" in (tmp_path / "results" / "logs" / "encoders" / "enc.log").read_text()

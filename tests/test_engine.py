@@ -20,7 +20,7 @@ from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
-from fedbench.engine.wide_model import widen
+from fedbench.engine.wide_model import wide_forward, wide_input, wide_weights, widen
 from fedbench.models import build_model
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
@@ -313,7 +313,17 @@ def test_resnet9_matches_reference(step):
      ("pfedme_cnn", (1, 28, 28)), ("mlp_dropout", (1, 28, 28))],
 )
 def test_paper_models_fold_into_the_wide_step(arch, shape):
-    """Every convolutional model of the papers runs as one wide model (checked against per-client calls)."""
+    """Every convolutional model of the papers runs as one wide model: its logits for two clients with
+    different weights equal each client's own model called on its own samples (evaluation mode)."""
     torch.manual_seed(0)
-    model = build_model({"arch": arch}, shape, 10)
-    assert widen(model, shape) is not None
+    model = build_model({"arch": arch}, shape, 10).eval()
+    wide = widen(model, shape)
+    assert wide is not None
+    params = dict(model.named_parameters())
+    clients = [{k: v + 0.05 * torch.randn_like(v) if k in params else v for k, v in model.state_dict().items()} for _ in range(2)]
+    x = torch.randn(6, *shape)  # client c's samples: rows 3c, 3c + 1, 3c + 2
+    with torch.no_grad():
+        expected = torch.stack([torch.func.functional_call(model, clients[c], (x[3 * c : 3 * c + 3],)) for c in range(2)])
+        stacked = {k: torch.stack([client[k] for client in clients]) for k in clients[0]}
+        got = wide_forward(wide.eval(), wide_weights(stacked), wide_input(x, torch.arange(6).view(2, 3)), 2)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-3)  # float32 sums in another order (VGG's logits ~ 20)

@@ -120,13 +120,31 @@ def test_pca_signatures_shapes():
     assert pca_signatures(feats, n_components=10, k=5, seed=0, fit="pooled", n_init=1).shape == (3, 5, 10)
 
 
-def test_figures_written(planted_fcr, tmp_path):
+def test_figures_written(planted_fcr, tmp_path, saved_figures):
+    """Fig. 2a / 6: Ã in client-ID order beside Ã in the dendrogram's leaf order, where the planted
+    clusters become contiguous blocks (the reordered truth strip changes colour at exactly 3 borders,
+    the ID-order strip at every client); the distance matrix without linkage keeps ID order; the UMAP
+    scatter draws every client centre."""
     from fedbench.results.clustering_figures import plot_adjacency, plot_umap_signatures
 
     result, truth = planted_fcr
     plot_adjacency(result.adjacency, result.linkage, truth, tmp_path / "adj.png")
+    strip_raw, ax_raw, _, _, strip_ord, ax_ord = saved_figures[-1].axes[:6]
+    np.testing.assert_array_equal(ax_raw.images[0].get_array(), result.adjacency)
+    raw_strip, ord_strip = strip_raw.images[0].get_array().ravel(), strip_ord.images[0].get_array().ravel()
+    assert raw_strip.tolist() == truth.tolist() and np.count_nonzero(np.diff(raw_strip)) == 19
+    assert sorted(ord_strip.tolist()) == sorted(truth.tolist()) and np.count_nonzero(np.diff(ord_strip)) == 3
+    reordered = ax_ord.images[0].get_array()  # block diagonal: linked exactly where the strip agrees
+    np.testing.assert_array_equal(reordered, (ord_strip[:, None] == ord_strip[None]).astype(float))
+
     plot_adjacency(result.distances, None, None, tmp_path / "dist.pdf")
+    _, ax_raw, _, _, _, ax_ord = saved_figures[-1].axes[:6]
+    for ax in (ax_raw, ax_ord):
+        np.testing.assert_allclose(ax.images[0].get_array(), result.distances)
     plot_umap_signatures(result.centres_2d, truth, tmp_path / "umap.png")
+    (ax,) = saved_figures[-1].axes
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), result.centres_2d.reshape(-1, 2), rtol=1e-6)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["0", "1", "2", "3"]
     for name in ("adj.png", "dist.pdf", "umap.png"):
         assert (tmp_path / name).stat().st_size > 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adj.png", "dist.pdf", "umap.png"]

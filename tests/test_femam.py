@@ -228,7 +228,7 @@ def test_sem_assigns_each_client_to_the_nearest_current_centre():
 
 def test_eq9_and_window_pruning_by_hand():
     """FeMAM Eq. (9) (keep iff loss_without - loss_with > epsilon) and the released code's windowed
-    variant (original_code_notes §1.4, ``server.add_layer``): means of the last ``window`` validation losses."""
+    variant (docs/original_code_notes.md §1.4, ``server.add_layer``): means of the last ``window`` validation losses."""
     without, with_ = np.array([1.0, 0.8, 0.5, 0.9]), np.array([0.9, 0.8, 0.6, 0.85])
     assert keep_eq9(without, with_, 0.0).tolist() == [True, False, False, True]
     assert keep_eq9(without, with_, 0.07).tolist() == [True, False, False, False]
@@ -369,7 +369,7 @@ def by_hand_window_keep(losses, levels, window):
 
 
 def test_window_pruning_in_a_run_follows_its_window_by_hand():
-    """FeMAM's released code (original_code_notes §1.4, ``pruning: window``): when the level converges a client
+    """FeMAM's released code (docs/original_code_notes.md §1.4, ``pruning: window``): when the level converges a client
     keeps it iff the mean of its last ``window`` validation losses with the level beats the mean of its
     last ``window`` before.  Two runs (window 1 and 3) prune differently, each exactly as computed by
     hand from its recorded validation losses (and not as the other window, or all rounds, would)."""
@@ -550,7 +550,10 @@ def test_femam_needs_validation_rows():
         ALGORITHMS["femam"]().init(fed, model_weights(fed.model))
 
 
-def test_structure_figures_are_written(tmp_path):
+def test_structure_figures_are_written(tmp_path, saved_figures):
+    """Fig. 4 / A.1: the ground-truth groupings beside FeMAM's levels, clients in ground-truth order,
+    each column coloured by its grouping (white: no model), the levels' best ARI on the ticks; and the
+    level count and validation accuracy against rounds from the structure trace."""
     from fedbench.results.femam_figures import client_order, plot_levels, plot_structure
 
     truth = {"level1": [1, 0, 1, 0, 0, 1], "level2": [2, 0, 3, 1, 0, 2]}
@@ -561,7 +564,31 @@ def test_structure_figures_are_written(tmp_path):
     structure = alg.artifacts(fed, state)["structure"]
     scores = structure_scores(alg.level_clusters(fed, state), truth)
     plot_structure(structure, truth, tmp_path / "s.png", "t", scores)
+    order = client_order(truth, 6)
+    ax_truth, ax_found = saved_figures[-1].axes
+
+    def colours_group_like(image, columns):
+        """Column j of the image paints two clients alike exactly when columns[j] groups them
+        together; clients without a model (-1) are white."""
+        for j, labels in enumerate(columns):
+            labels, painted = np.asarray(labels)[order], [tuple(c) for c in image[:, j]]
+            assert all((painted[a] == painted[b]) == (labels[a] == labels[b]) for a in range(6) for b in range(6))
+            assert all((painted[a] == (1.0, 1.0, 1.0)) == (labels[a] < 0) for a in range(6))
+
+    colours_group_like(ax_truth.images[0].get_array(), list(truth.values()))
+    levels = [level["assignment"] for level in structure["levels"]]
+    found = ax_found.images[0].get_array()
+    assert found.shape[1] == 3  # every level of the structure, reached or not
+    colours_group_like(found, levels + [[-1] * 6] * (3 - len(levels)))
+    assert len({tuple(c) for c in found[:, 1]} - {(1.0, 1.0, 1.0)}) == 2  # the cluster level's two groups are drawn
+    best = max(s["ari"] for s in scores["level2"].values())
+    assert ax_found.get_xticklabels()[1].get_text() == f"2\ncluster\nARI {best:.2f}"
+
     plot_levels(structure, tmp_path / "l.png", "t")
+    ax, twin = saved_figures[-1].axes
+    trace = structure["trace"]
+    assert ax.lines[0].get_ydata().tolist() == [t["levels"] for t in trace]
+    np.testing.assert_allclose(twin.lines[0].get_ydata(), [100 * t["val_acc"] for t in trace])
     assert (tmp_path / "s.png").stat().st_size > 1000 and (tmp_path / "l.png").stat().st_size > 1000
 
 

@@ -56,11 +56,27 @@ def test_entries_sharing_signatures_are_swept_once_per_seed():
     assert points["gamma"].tolist() == [1.0, 4.0, 1.0, 1.0]
 
 
-def test_figure_is_written(tmp_path):
+def test_figure_is_written(tmp_path, saved_figures):
+    """The figure draws, against the swept γ, each distance's graph statistics (here the density, by
+    hand from POINTS) and each reading's final accuracy in %, with the paper's γ = 1 marked."""
     runs = [{"entry": {"encoder": "enc1", "gamma": g, "distance": d}, "seed": 0, "centres_2d": POINTS, "truth": TRUTH,
              "accuracy": a} for g, d, a in [(1.0, "min", 0.8), (4.0, "min", 0.7), (1.0, "matching", 0.75)]]
     plot_gamma_sweep(sweep_runs(runs, gammas=[0.5, 2.0, 100.0]), accuracy_points(runs), tmp_path / "g.png", "title")
     assert (tmp_path / "g.png").stat().st_size > 1000
+    ari_ax, cross_ax, density_ax, accuracy_ax = saved_figures[-1].axes
+    gammas = [0.5, 1.0, 2.0, 4.0, 100.0]  # the grid plus the entries' own γ
+    # density = linked ordered pairs / 12, a pair linked when its distance < γ: min links 0-1 and 2-3
+    # (distance 1) from γ = 2 on and everything (<= 91) at 100; matching links nothing below 5.02 and
+    # everything (cross pairs < 75) at 100
+    density = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in density_ax.lines[:2]}
+    assert density == {
+        "min over pairs (paper), enc1": (gammas, pytest.approx([0, 0, 4 / 12, 4 / 12, 1])),
+        "matching (code), enc1": (gammas, [0, 0, 0, 0, 1]),
+    }
+    accuracy = {c.get_label(): (list(c.lines[0].get_xdata()), list(c.lines[0].get_ydata())) for c in accuracy_ax.containers}
+    assert accuracy == {"min, simultaneous, enc1": ([1.0, 4.0], [80.0, 70.0]), "matching, simultaneous, enc1": ([1.0], [75.0])}
+    for ax in (ari_ax, cross_ax, density_ax, accuracy_ax):
+        assert list(ax.lines[-1].get_xdata()) == [1.0, 1.0]  # the dotted γ = 1 line
 
 
 def test_the_tables_target_plans_one_sweep_figure_per_flt_block(tmp_path):

@@ -36,6 +36,11 @@ def test_mlp_dropout_layer_order_and_train_eval():
 
 
 def test_models_take_other_input_sizes():
-    assert build_model({"arch": "leaf_cnn"}, (1, 8, 8), 10)(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
-    assert build_model({"arch": "lenet_cifar"}, (1, 28, 28), 10)(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    """The first FC layer follows the input size: leaf_cnn (same padding) 8 -> 4 -> 2, 64 * 2 * 2 = 256;
+    lenet_cifar (no padding) 28 -conv5-> 24 -pool-> 12 -conv5-> 8 -pool-> 4, 16 * 4 * 4 = 256."""
+    leaf = build_model({"arch": "leaf_cnn"}, (1, 8, 8), 10)
+    lenet = build_model({"arch": "lenet_cifar"}, (1, 28, 28), 10)
+    assert leaf[7].in_features == 256 and lenet[7].in_features == 256
+    assert leaf(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+    assert lenet(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert {"mlp_dropout", "leaf_cnn", "lenet_cifar"} <= set(MODELS.names())

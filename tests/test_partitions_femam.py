@@ -1,6 +1,6 @@
 """FeMAM partitions: cluster-wise, multi-level (fedbench.data.partitions_femam) and client-wise
 (the generic dirichlet kind with FeMAM's settings).  Invariants derived by hand from the paper
-(App. C.1, Table C.1) and the code notes (original_code_notes.md §1.2)."""
+(App. C.1, Table C.1) and the code notes (docs/original_code_notes.md §1.2)."""
 
 import numpy as np
 import pytest

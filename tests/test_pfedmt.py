@@ -1,9 +1,10 @@
-"""pFedMT (Algorithm 1) against closed forms on quadratic device losses, plus a smoke run."""
+"""pFedMT (Algorithm 1) against closed forms on quadratic device losses, and whole rounds through the
+federation replayed device by device on real minibatches."""
 
 import numpy as np
 import pytest
 import torch
-from conftest import make_data, make_federation
+from conftest import ce_gradient, make_data, make_federation
 from torch import nn
 
 from fedbench.algorithms.pfedmt import (
@@ -150,36 +151,75 @@ def test_algorithm1_global_step_used_in_round():
     torch.testing.assert_close(x1["p"], (1 - 0.2) * x0 + 0.5 * x0)
 
 
-def test_smoke_run_through_federation():
-    data = make_data([12, 7, 15, 10, 9, 20])
-    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
-    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=4, lr=0.1), seed=3)
-    fed.teams = np.array([5, 5, 2, 2, 2, 9])  # arbitrary labels, unequal teams
-    algo = ALGORITHMS["pfedmt"](team_iterations=3, local_iterations=4)
+def pfedmt_by_hand(fed, x, team, rounds, hp, weighting, global_step):
+    """Algorithm 1 device by device and team by team, on the federation's minibatch draws: at every
+    team iteration each device draws L minibatches (``MinibatchGradients.draw``, pinned in
+    test_device_gradient.py) and takes L steps of Eq. (10) from w_i; line 8 delta_j, line 11 tau_i by
+    samples (n_ij / n_i, n_i / n) or uniformly (1 / N_i, 1 / M)."""
+    from fedbench.engine.device_gradient import MinibatchGradients
+
+    data = fed.data
+    n = data.train.counts.double()
+    teams = sorted(set(team))
+    members = {i: [j for j, tj in enumerate(team) if tj == i] for i in teams}
+    if weighting == "samples":
+        delta = {j: n[j] / n[members[team[j]]].sum() for j in range(len(team))}
+        tau = {i: n[members[i]].sum() / n.sum() for i in teams}
+    else:
+        delta = {j: 1 / len(members[team[j]]) for j in range(len(team))}
+        tau = {i: 1 / len(teams) for i in teams}
+    oracle = MinibatchGradients(fed.model, data, data.train, fed.local.batch_size)
+    g, everyone = torch.Generator().manual_seed(fed.seed), torch.arange(len(team))
+    a, eta, lam, gamma, beta = (hp[k] for k in ("alpha", "eta", "lam", "gamma", "beta"))
+    for _ in range(rounds):
+        loss = torch.zeros(len(team))  # mean device loss over the round's K * L steps
+        w = {i: dict(x) for i in teams}  # line 2: w_i^{t,0} = x^t
+        for _ in range(hp["team_iterations"]):
+            rows = oracle.draw(hp["local_iterations"], everyone, g).rows
+            theta = [dict(w[team[j]]) for j in everyone]  # line 4
+            for j in everyone.tolist():
+                for l in range(hp["local_iterations"]):  # line 6 / Eq. (10)
+                    grad, value = ce_gradient(fed.model, theta[j], data.x[rows[l, j]], data.y[rows[l, j]])
+                    loss[j] += value / (hp["team_iterations"] * hp["local_iterations"])
+                    theta[j] = {p: theta[j][p] - a * grad[p] - a * lam * (theta[j][p] - w[team[j]][p]) for p in x}
+            for i in teams:  # lines 8-9 / Eq. (7)
+                bar = {p: sum(delta[j] * theta[j][p] for j in members[i]) for p in x}
+                w[i] = {p: (1 - eta * lam - eta * gamma) * w[i][p] + eta * gamma * x[p] + eta * lam * bar[p] for p in x}
+        w_bar = {p: sum(tau[i] * w[i][p] for i in teams) for p in x}  # line 11
+        mix = beta * gamma if global_step == "eq4" else beta  # line 12 (Eq. 4) or as printed
+        x = {p: (1 - beta * gamma) * x[p] + mix * w_bar[p] for p in x}
+    return x, theta, loss
+
+
+@pytest.mark.parametrize(
+    "teams, weighting, global_step",
+    [([7, 7, 3, 3, 3], "samples", "eq4"), ([7, 7, 3, 3, 3], "uniform", "algorithm1"), (None, "samples", "algorithm1")],
+    ids=["two-teams-samples-eq4", "two-teams-uniform-algorithm1", "no-teams"],
+)
+def test_rounds_through_the_federation_by_hand(teams, weighting, global_step):
+    """pFedMT (Algorithm 1) through ``ALGORITHMS["pfedmt"]`` on an MLP and real minibatches, two rounds of
+    K = L = 2 against :func:`pfedmt_by_hand`: devices in their teams (arbitrary labels, unequal teams;
+    no teams = one team of everybody), the device/team/global tiers and their weights, the
+    personalised model theta_ij after the last local loop (PerMFL code's local_model), and the
+    round's loss (each device's mean minibatch loss over its K * L steps)."""
+    data = make_data([6, 2, 5, 3, 4], test=2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=3, lr=0.1), seed=3)
+    fed.teams = None if teams is None else np.array(teams)
+    hp = {"team_iterations": 2, "local_iterations": 2, "alpha": 0.1, "eta": 0.2, "lam": 2.0, "gamma": 0.5, "beta": 0.8}
+    algo = ALGORITHMS["pfedmt"](**hp, weighting=weighting, global_step=global_step)
     initial = model_weights(model)
     state = algo.init(fed, initial)
     for t in (1, 2):
         state, loss = algo.round(fed, state, t)
-        assert loss.shape == (6,) and torch.isfinite(loss).all()
-    pm, gm = algo.client_models(fed, state, 2), algo.global_model(fed, state)
-    for k, v in initial.items():
-        assert pm[k].shape == (6, *v.shape)
-        assert gm[k].shape == v.shape
-        assert not torch.equal(gm[k], v)
-    flat = torch.cat([pm[k].reshape(6, -1) for k in sorted(pm)], 1)
-    assert torch.cdist(flat, flat).add(torch.eye(6)).min() > 0  # every device has its own model
 
-    # the same stream gives the same run; no teams = one team of everybody
-    fed2 = make_federation(data, model, LocalSGD(epochs=1, batch_size=4, lr=0.1), seed=3)
-    fed2.teams = np.array([5, 5, 2, 2, 2, 9])
-    state2 = algo.init(fed2, initial)
-    for t in (1, 2):
-        state2, _ = algo.round(fed2, state2, t)
-    for k in pm:
-        torch.testing.assert_close(state2["personal"][k], pm[k])
-    fed2.teams = None
-    state3, _ = algo.round(fed2, algo.init(fed2, initial), 1)
-    assert state3["personal"]["1.weight"].shape == (6, 8, 5)
+    team = [0] * 5 if teams is None else teams
+    x, theta, expected_loss = pfedmt_by_hand(fed, initial, team, 2, hp, weighting, global_step)
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
+    for p in x:
+        torch.testing.assert_close(algo.global_model(fed, state)[p], x[p], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(algo.client_models(fed, state, 2)[p], torch.stack([th[p] for th in theta]), atol=1e-5, rtol=1e-4)
 
 
 def test_rejects_unknown_options():

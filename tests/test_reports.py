@@ -28,6 +28,14 @@ def scorecard_rows(text: str) -> list[dict]:
     return rows
 
 
+def test_the_scorecards_reports_readme_lists_are_the_ones_checked():
+    """The parametrised check below runs on the glob's files; were they moved or renamed, it would
+    collect nothing and pass: the scorecards reports/README.md lists must be exactly those."""
+    listed = set(re.findall(r"`([\w./-]*scorecard[\w.-]*\.md)`", (REPO / "reports" / "README.md").read_text()))
+    assert listed == {"pfedmt_synthetic_scorecard.md"}
+    assert {p.name for p in SCORECARDS} == listed
+
+
 @pytest.mark.parametrize("path", SCORECARDS, ids=lambda p: p.stem)
 def test_committed_scorecard_parses_and_its_rows_are_published(path):
     rows = scorecard_rows(path.read_text())

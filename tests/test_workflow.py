@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import coloured_pixels
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO / "tests" / "data" / "tiny_config.yaml"
@@ -89,8 +90,10 @@ def test_results_table_holds_every_cell(tiny_run):
 def test_every_output_and_log_is_written(tiny_run):
     results = tiny_run / "results"
     for partition in ("iid", "dir0.5"):
-        for ext in ("npz", "json", "png"):
+        for ext in ("npz", "json"):
             assert (results / "partitions" / "digits" / partition / f"seed0.{ext}").stat().st_size > 0
+        # the heatmap's cells are painted (a figure without them has no coloured pixel)
+        assert coloured_pixels(results / "partitions" / "digits" / partition / "seed0.png") > 1000
         for algorithm in ("local", "fedavg"):
             run = results / "runs" / "tiny" / "digits" / partition / "mlr" / algorithm / "seed0"
             metrics = json.loads((run / "metrics.json").read_text())
@@ -100,7 +103,9 @@ def test_every_output_and_log_is_written(tiny_run):
             assert len(pd.read_csv(run / "clients.csv")) == 4
             log = results / "logs" / "train" / "tiny" / "digits" / partition / "mlr" / algorithm / "seed0.log"
             assert "round 4/4" in log.read_text()  # the fedbench logger lands in the job's log
-    assert (results / "figures" / "curves_tiny.png").stat().st_size > 0
+    # curves and bands are drawn: two panel rows (iid, dir0.5) of local + fedavg paint about 9,700
+    # coloured pixels, the legend alone under 200
+    assert coloured_pixels(results / "figures" / "curves_tiny.png") > 3000
     assert not (tiny_run / "logs").exists()  # every log under the results root
 
 
@@ -220,6 +225,8 @@ def test_report_opens_on_the_reproduction_status_in_a_browser(linked_report, tmp
     a missing browser fails."""
     import os
 
+    from matplotlib.image import imread
+
     from fedbench.results.coverage import total_line
 
     browser = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
@@ -246,7 +253,9 @@ def test_report_opens_on_the_reproduction_status_in_a_browser(linked_report, tmp
     screenshot = artifacts / "report_landing.png"
     subprocess.run([browser, *flags, "--window-size=1400,2000", f"--screenshot={screenshot}", url],
                    capture_output=True, timeout=120, check=True)
-    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 10_000
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rendered = (imread(screenshot)[..., :3].min(-1) < 0.9).mean()  # a blank page: 0; the landing page: about 0.22
+    assert rendered > 0.05, f"the screenshot is (nearly) blank: {rendered:.1%} of its pixels are not white"
     print(f"landing page screenshot: {screenshot}")
 
 
@@ -430,12 +439,22 @@ def test_loss_panel_falls_back_to_the_rounds_local_loss_when_evaluated_once():
     assert loss_axis(last_round_only) == ("round_loss", "training loss (local, in the round)")
 
 
-def test_figures_are_written(tmp_path):
+def drawn_lines(ax) -> list[tuple[list, list]]:
+    """(x, y) of every line drawn on ``ax``, in drawing order (y rounded to 9 decimals)."""
+    return [(line.get_xdata().tolist(), np.round(line.get_ydata(), 9).tolist()) for line in ax.lines]
+
+
+def test_figures_are_written(tmp_path, saved_figures):
+    """The curve figure draws, per curve, the mean over seeds of its accuracy (in %) and loss columns
+    against round; the partition heatmap draws the client x class counts, each cell annotated."""
     from fedbench.results.figures import experiment_curves, load_histories, plot_partition_heatmap, plot_training_curves
 
     runs = [fake_run(tmp_path, algorithm, seed, 0.8, 0.7) for algorithm in ("local", "fedavg") for seed in (0, 1)]
     histories = load_histories(runs)
     assert len(histories) == 8 and {"algorithm", "seed", "acc_mean"} <= set(histories.columns)
+    seed1 = histories["seed"] == 1
+    histories.loc[seed1, "acc_pooled"] += 0.1  # seeds differ: the lines are their means
+    histories.loc[seed1 & (histories["algorithm"] == "local"), "train_loss_pooled"] -= 0.2
     experiment = {"protocol": "pooled_max", "published": {"rows": {"fedavg": [
         {"method": "FedAvg(GM)", "setting": "-", "scored": "global", "rounds": 2},
         {"method": "FedAvg(GM)", "setting": "-", "scored": "global"},  # same line, other horizon
@@ -448,8 +467,19 @@ def test_figures_are_written(tmp_path):
         ("local", "local", "acc_pooled", "train_loss_pooled"),
     ]
     plot_training_curves(histories, tmp_path / "curves.png", curves)
+    loss_ax, accuracy_ax = saved_figures[-1].axes
+    assert (loss_ax.get_title(), accuracy_ax.get_ylabel()) == ("digits / iid / mlr", "test accuracy (%)")
+    # fake_run: acc_pooled 0.4, 0.8 (+ 0.1 for seed 1), global_acc 0.7; train_loss_pooled 0.9, 0.4 (local seed 1: - 0.2)
+    assert drawn_lines(accuracy_ax) == [([2, 4], [70.0, 70.0]), ([2, 4], [45.0, 85.0]), ([2, 4], [45.0, 85.0])]
+    assert drawn_lines(loss_ax) == [([2, 4], [0.7, 0.7]), ([2, 4], [0.9, 0.4]), ([2, 4], [0.8, 0.3])]
+    assert [t.get_text() for t in saved_figures[-1].legends[0].get_texts()] == ["FedAvg(GM)", "FedAvg(PM)", "local"]
+
     summary = {"dataset": "digits", "partition": "iid", "seed": 0, "train_class_counts": [[5, 0, 3], [1, 2, 9]]}
     (tmp_path / "p.json").write_text(json.dumps(summary))
     plot_partition_heatmap(tmp_path / "p.json", tmp_path / "heatmap.png")
+    heatmap = saved_figures[-1].axes[0]
+    assert heatmap.collections[0].get_array().tolist() == [[5, 0, 3], [1, 2, 9]]
+    assert [t.get_text() for t in heatmap.texts] == ["5", "0", "3", "1", "2", "9"]
+    assert heatmap.get_title() == "digits / iid / seed 0: 2 clients, 20 train samples"
     for name in ("curves.png", "heatmap.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
-"""FedSEM as FLT's code runs it (hjraad/FLT, ``multi_center: True``; original_code_notes.md §4.4).
+"""FedSEM as FLT's code runs it (hjraad/FLT, ``multi_center: True``; docs/original_code_notes.md §4.4).
 
 FLT's published FedSEM numbers come from FLT's own trainer, not from Long et al.'s FeSEM
 (:mod:`fedbench.algorithms.fesem`).  Every client owns a model; each round

@@ -23,7 +23,7 @@ model (PM) of client i is, with ``personal_model``:
   local round;
 * ``"local"`` (the released code): the local model w_{i,R}.  ``pFedMeOptimizer.step`` returns the
   model's own Parameters, which ``update_parameters(local_model)`` then overwrites with w_loc, so
-  ``test_persionalized_model`` scores w_{i,R} (original_code_notes.md §3.1).
+  ``test_persionalized_model`` scores w_{i,R} (docs/original_code_notes.md §3.1).
 
 The code's l2 term (mu = 0.001, the "l2-regularised" MLR) enters the personal (theta) step
 only, theta <- theta - personal_lr (grad f + lam (theta - w_i) + mu theta); it is ``mu`` here,

@@ -10,7 +10,7 @@ Three nested loops per global round t (global server -> teams -> devices):
   ``global_step="eq4"`` (default): x <- (1 - beta gamma) x + beta gamma w_bar   (Eq. 4 and PerMFL_1 code),
   ``global_step="algorithm1"``:    x <- (1 - beta gamma) x + beta w_bar         (Alg. 1 line 12 as printed).
 
-Fidelity choices (see original_code_notes.md §3.2-3.3):
+Fidelity choices (see docs/original_code_notes.md §3.2-3.3):
 
 * all teams and all devices of every team take part in every round/team iteration (code default);
 * ``weighting="samples"`` (default, paper): delta_j = n_ij / n_i within a team, tau_i = n_i / n;

@@ -15,7 +15,7 @@ Pipeline (paper Section 3, "Learning client (task) relatedness"; Algorithm 2 lin
 PCA+kM+HC baseline's, from :func:`pca_signatures`, skips the encoder and UMAP).
 
 Fidelity: paper default vs the authors' code (notes §4.4, §4.7 of
-``shared/reference/original_code_notes.md``), all selectable:
+``docs/original_code_notes.md``), all selectable:
 
 * k: paper k = 5 (default); the code uses k = #labels of the client's ground-truth cluster
   (2 or 3 for MNIST/CIFAR Scenarios 1/2, 5 for (E/FE)MNIST) — pass ``k`` accordingly.

@@ -1,7 +1,7 @@
 """FeMAM's class-structured partitions: cluster-wise ``(c, K)`` and multi-level ``[a, b, c]``.
 
 FeMAM (000, §5.1 and App. C.1 "Data partition Settings"; released code ``loaddata.py``, see
-``original_code_notes.md`` §1.2 (b)/(c) and §1.7).  Both schemes fix the test sets themselves
+``docs/original_code_notes.md`` §1.2 (b)/(c) and §1.7).  Both schemes fix the test sets themselves
 and return a complete :class:`Partition`:
 
 1. the official training set of every class is split into validation (``val_ratio`` of the

@@ -3,6 +3,8 @@
 # make unlock        remove the lock a killed run left behind (see README, "Troubleshooting")
 # make stale         list finished cells whose code changed since they ran (ALGORITHM=name: one algorithm)
 # make rerun-stale   rerun exactly those cells (and the tables)
+# make mutation      mutation testing of the library's core with mutmut (about an hour on 2 cores; README,
+#                    "Development"); GROUPS=fedmr,femam for some groups; not part of `make test`
 # make slurm-local   start a single-node SLURM cluster here (root), run a tiny config through
 #                    profiles/slurm, compare with a local run, stop the daemons (README, "SLURM")
 #
@@ -21,7 +23,7 @@ CONFIG ?= config/config.yaml
 CONFIGS := config/config.yaml $(filter-out config/config.yaml,$(CONFIG))
 RUN_LOG := .snakemake/log/make_run.txt
 
-.PHONY: run test report unlock stale rerun-stale clean-results slurm-local
+.PHONY: run test report unlock stale rerun-stale clean-results slurm-local mutation
 
 # On failure, a lock left by a killed run gets a plain explanation instead of Snakemake's exception.
 run: $(STAMP)
@@ -52,6 +54,10 @@ rerun-stale: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest
+
+mutation: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[mutation]'
+	$(BIN)/python scripts/mutation.py $(if $(GROUPS),--groups $(GROUPS))
 
 slurm-local: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[slurm]'

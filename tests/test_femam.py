@@ -9,13 +9,18 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 from torch import nn
 
+import fedbench.algorithms.femam as femam_module
 from fedbench.algorithms import ALGORITHMS
-from fedbench.algorithms.femam_rules import converged, keep_eq9, keep_window, kmeans_groups
+from fedbench.algorithms.femam_rules import cluster_features, converged, keep_eq9, keep_window, kmeans_groups
+from fedbench.algorithms.partial import frozen_copy, trainer_for
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.reference import ReferenceTrainer
+from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.models.additive import AdditiveLevels, additive_weights
 from fedbench.pipeline import structure_scores
@@ -173,6 +178,15 @@ def test_one_global_level_is_fedavg():
         torch.testing.assert_close(femam["levels"][0][k], v.expand_as(femam["levels"][0][k]), atol=1e-5, rtol=1e-5)
 
 
+def test_one_client_femam_has_its_global_level_as_the_global_model():
+    """One client: the global level (Eq. B.2) is FedAvg of one model, the client's own full-batch GD step,
+    and it is what ``global_model`` reports."""
+    fed = make_federation(data_with_val([30]), mlp(), full_batch())
+    alg, state = run("femam", fed, 1, structure=["global"], init_rounds=1000)
+    by_hand = gd_by_hand(fed.model, model_weights(fed.model), *client_rows(fed, 0), steps=1, lr=0.2)
+    for k, v in alg.global_model(fed, state).items():
+        torch.testing.assert_close(v, by_hand[k], atol=1e-5, rtol=1e-5)
+
 def test_the_personal_level_alone_is_local():
     _, femam = run("femam", federation(), 3, structure=["personal"], init_rounds=1000)
     _, local = run("local", federation(), 3)
@@ -245,6 +259,64 @@ def test_eq9_and_window_pruning_by_hand():
     kept3 = np.array([[True, True, True], [True, True, True], [True, False, True]])
     # window 1: before = (0.5, 0.65, 0.9), now = (0.4, 0.6, 0.8): margins 0.1, 0.05, 0.1 against eps 0.09
     assert keep_window(losses3, np.r_[levels, 2], kept3, 2, window=1, epsilon=0.09).tolist() == [True, False, True]
+
+
+def test_convergence_compares_the_latest_window_strictly_below_the_threshold():
+    """Sec. 5.1's test (variance of the accuracy in percent) and the code's (std of the loss, notes §1.4)
+    at their boundaries: only the latest ``window`` rounds count, and a statistic equal to the threshold
+    has not converged (strict <).  Exact binary fractions: accuracies 0.5, 0.515625 are 50 and 51.5625
+    percent, variance (1.5625 / 2)^2 = 0.6103515625; losses 0.5, 0.75 have std 0.125."""
+    acc = [0.0, 1.0, 0.2, 0.5, 0.515625]  # earlier rounds would dominate any longer window
+    loss = [9.0, 0.0, 4.0, 0.5, 0.75]
+    kw = dict(init_rounds=0, window=2)
+    assert not converged(loss, acc, 5, rule="accuracy_variance", threshold=0.6103515625, **kw)
+    assert converged(loss, acc, 5, rule="accuracy_variance", threshold=0.62, **kw)  # not 0.6226 (101 * acc)
+    assert not converged(loss, acc, 5, rule="loss_std", threshold=0.125, **kw)
+    assert converged(loss, acc, 5, rule="loss_std", threshold=0.126, **kw)
+
+
+def test_window_pruning_at_its_edges_by_hand():
+    """The code's windowed pruning (notes §1.4, ``server.add_layer``) at its edges: a client with no
+    earlier kept level keeps the level (and the clients after it are still decided), a margin equal to
+    epsilon drops it (keep iff b - a > epsilon), and a level without recorded rounds is kept by everyone."""
+    losses = np.array([[1.0, 1.0, 1.0], [0.5, 1.25, 0.75]])  # round 1 at level 0, round 2 at level 1
+    levels = np.array([0, 1])
+    kept = np.array([[False, True], [True, True], [True, True]])
+    # client 0: no earlier kept level; client 1: 1.0 - 1.25 < 0; client 2: 1.0 - 0.75 = 0.25
+    assert keep_window(losses, levels, kept, 1, window=5, epsilon=0.25).tolist() == [True, False, False]
+    assert keep_window(losses, levels, kept, 1, window=5, epsilon=0.0).tolist() == [True, False, True]
+    assert keep_window(losses[:1], levels[:1], kept, 1, window=5, epsilon=0.0).tolist() == [True, True, True]
+
+
+def test_cluster_features_by_hand():
+    """What a cluster level groups by: the whole flattened level model (paper, Eq. 4), or the code's last
+    Linear weight and bias divided by the absolute value of their signed sum (notes §1.4,
+    ``compute_diff_structure``; a row summing to 0 is left as it is), in float64."""
+    flat_params = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    last = torch.tensor([[1.0, -3.0, 0.5], [1.0, -1.0, 0.0], [0.25, 0.25, 0.0], [2.0, 1.0, 1.0]])
+    got = cluster_features(flat_params, last, "parameters")
+    assert got.dtype == np.float64 and got.tolist() == flat_params.tolist()
+    got = cluster_features(flat_params, last, "last_layer")
+    assert got.dtype == np.float64
+    # signed sums -1.5, 0, 0.5, 4
+    np.testing.assert_allclose(got, [[2 / 3, -2, 1 / 3], [1, -1, 0], [0.5, 0.5, 0], [0.5, 0.25, 0.25]], rtol=1e-12)
+    with pytest.raises(ValueError, match="cluster_features"):
+        cluster_features(flat_params, last, "gradients")
+
+
+def test_first_grouping_and_the_codes_refit_are_the_documented_seeded_kmeans():
+    """A cluster level's first grouping (Eq. B.3 before any centre exists: one k-means++ draw) and the
+    code's grouping of every round (notes §1.4: ``KMeans(k, init='random', n_init=10, max_iter=300,
+    tol=1e-4)`` refitted from scratch) on unstructured features, where those settings change the
+    result; both reproducible for a seed."""
+    features = np.random.default_rng(8).normal(size=(40, 3))
+    for seed in (0, 1, 2):
+        sem = kmeans_groups(features, 4, fit="sem", seed=seed)
+        refit = kmeans_groups(features, 4, fit="refit", seed=seed)
+        assert sem.tolist() == KMeans(4, init="k-means++", n_init=1, random_state=seed).fit_predict(features).tolist()
+        assert refit.tolist() == KMeans(4, init="random", n_init=10, max_iter=300, tol=1e-4,
+                                        random_state=seed).fit_predict(features).tolist()
+        assert kmeans_groups(features, 4, fit="refit", seed=seed).tolist() == refit.tolist()
 
 
 def test_pruning_drops_exactly_the_clients_whose_validation_loss_did_not_improve():
@@ -429,6 +501,234 @@ def test_ablated_structures_differ_from_full_femam_only_at_the_ablated_level():
         assert_rows(clustered["levels"][0], weighted_mean(trained, fed.data.train.counts, members), members)
 
 
+def deep_planted_federation(seed=0):
+    """The planted federation with a 3-layer MLP (the last Linear is not the second parameter pair)."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 2))
+    hp = LocalSGD(epochs=PLANTED_STEPS, batch_size=64, lr=PLANTED_LR)
+    return make_federation(planted_data(seed=seed), model, hp, seed=seed)
+
+
+def features_by_hand(weights, kind):
+    """Eq. (4)'s full flattened model, or the code's last Linear (weight, bias) over |its signed sum|."""
+    if kind == "parameters":
+        return torch.cat([v.flatten() for v in weights.values()]).double()  # no buffers: parameters in model order
+    last = torch.cat([weights["5.weight"].flatten(), weights["5.bias"]]).double()
+    return last / last.sum().abs()
+
+
+@pytest.mark.parametrize("kind", ["parameters", "last_layer"])
+def test_a_cluster_level_groups_its_trained_models_then_joins_each_to_the_nearest_current_centre(kind, monkeypatch):
+    """FeMAM Eq. (B.3) (FeSEM's E-step) over the rounds of a cluster level, grouping by the paper's whole
+    level model (Eq. 4) or the code's normalised last Linear (notes §1.4): in the level's first round the
+    clients' trained level models are grouped afresh (no centres yet); in the next each client's trained
+    model joins the nearest of the level's current centres (the group models of the round before, Eq. 7),
+    keeping the groups' identities; a newly added cluster level starts afresh.  Training, features and
+    nearest centres by hand (full-batch GD); the grouping calls are recorded."""
+    calls = []
+    real = femam_module.kmeans_groups
+
+    def recording(features, k, *, fit, seed, centres=None):
+        groups = real(features, k, fit=fit, seed=seed, centres=centres)
+        calls.append((features, centres, groups))
+        return groups
+
+    monkeypatch.setattr(femam_module, "kmeans_groups", recording)
+    fed = deep_planted_federation()
+    alg = ALGORITHMS["femam"](structure=["cluster", "cluster"], num_clusters=2, init_rounds=2, window=2,
+                              threshold=1e9, cluster_features=kind)
+    state = alg.init(fed, model_weights(fed.model))
+    centres_by_hand = None
+    for t in (1, 2):
+        start = state["levels"][0]
+        state, _ = alg.round(fed, state, t)
+        trained = [train_newest_by_hand(fed.model, [], row(start, i), *client_rows(fed, i), mu=alg.lam)
+                   for i in range(fed.num_clients)]
+        features, centres, groups = calls[-1]
+        by_hand = torch.stack([features_by_hand(w, kind) for w in trained])
+        torch.testing.assert_close(torch.from_numpy(features), by_hand, atol=1e-5, rtol=1e-4)
+        if t == 1:
+            assert centres is None
+            assert kind == "last_layer" or adjusted_rand_score(PLANTED, groups) == 1.0  # the planted tasks
+        else:
+            torch.testing.assert_close(torch.from_numpy(centres), centres_by_hand, atol=1e-6, rtol=1e-6)
+            assert groups.tolist() == torch.cdist(by_hand, centres_by_hand).argmin(1).tolist()
+        assert state["groups"][0].tolist() == groups.tolist()
+        for g in (0, 1):  # Eq. (7): each group's model, broadcast to its members
+            members = np.flatnonzero(groups == g)
+            assert_rows(state["levels"][0], weighted_mean(trained, fed.data.train.counts, members), members)
+        # the level's current centres: the group models of this round, one member's row each
+        firsts = [int(np.flatnonzero(groups == g)[0]) for g in (0, 1)]
+        centres_by_hand = torch.stack([features_by_hand(row(state["levels"][0], i), kind) for i in firsts])
+    assert state["added"] == [0, 2]  # the second cluster level was added after round 2
+    state, _ = alg.round(fed, state, 3)
+    assert calls[-1][1] is None  # the new cluster level's first grouping has no centres
+
+
+def test_a_final_level_every_client_dropped_is_no_longer_trained():
+    """FeMAM Eq. (9) with a margin no client reaches (epsilon huge): every client drops the final level
+    when it converges; later rounds train nothing (a finite zero training loss), leave every level as it
+    is and still record each client's validation loss, now of level 1 alone."""
+    fed = federation()
+    alg, state = run("femam", fed, 2, structure=["global", "personal"], init_rounds=1, window=1, threshold=1e9,
+                     epsilon=1e9)
+    assert state["complete"] and state["pruned"][1] == list(range(fed.num_clients))
+    assert state["kept"].shape == (fed.num_clients, 2) and not state["kept"][:, 1].any()
+    before = [{k: v.clone() for k, v in level.items()} for level in state["levels"]]
+    state, loss = alg.round(fed, state, 3)
+    assert float(loss.mean()) == 0.0
+    assert [r for r, *_ in state["trace"]] == [1, 2, 3] and len(state["val_log"]) == 3
+    for level, old in zip(state["levels"], before):
+        assert all(torch.equal(level[k], old[k]) for k in old)
+    for i in range(fed.num_clients):
+        x, y = client_rows(fed, i, "val")
+        loss_i = F.cross_entropy(output(fed.model, row(state["levels"][0], i), x), y)
+        assert state["val_log"][-1][i] == pytest.approx(float(loss_i), rel=1e-5)
+
+
+def test_the_codes_mean_of_logits_and_pruned_levels_that_stay():
+    """The released code's reading (notes §1.4, §1.7.1 and §1.7.7; ``combine: mean``,
+    ``pruned_level: stays``): a client predicts with the mean of its levels' logits, and a level it
+    dropped stays in its prediction (pruning only edits the server's structure), though it is no longer
+    trained for it.  The recorded validation loss of every client is CE((f_1 + f_2) / 2, y)."""
+    fed = federation()
+    alg, state = run("femam", fed, 2, structure=["global", "personal"], init_rounds=1, window=1, threshold=1e9,
+                     combine="mean", pruned_level="stays")
+    pruned = state["pruned"][1]
+    assert 0 < len(pruned) < fed.num_clients and state["complete"]
+    assert alg.client_models(fed, state, 2)["active"].tolist() == [[1.0, 1.0]] * fed.num_clients
+    before = {k: v.clone() for k, v in state["levels"][1].items()}
+    state, _ = alg.round(fed, state, 3)
+    for i in range(fed.num_clients):
+        x, y = client_rows(fed, i, "val")
+        outs = [output(fed.model, row(level, i), x) for level in state["levels"]]
+        assert state["val_log"][-1][i] == pytest.approx(F.cross_entropy((outs[0] + outs[1]) / 2, y).item(), rel=1e-5)
+        assert (i in pruned) == all(torch.equal(state["levels"][1][k][i], before[k][i]) for k in before)
+
+
+@pytest.mark.parametrize("kind, epsilon", [("global", 0.0), ("cluster", 0.05), ("personal", 0.0)])
+def test_after_pruning_the_final_level_trains_for_the_clients_that_kept_it(kind, epsilon):
+    """FeMAM Algorithm 2 after the last level converged and was pruned (Eq. 9): the structure is final and
+    its level keeps training, only for the clients that kept it; Eq. (7) / B.1b then averages over
+    those clients only (over all of them at a global level, within each group at a cluster level, not at
+    all at a personal level), and the dropped clients' rows stay as they were.  By hand (full-batch GD)."""
+    fed = planted_federation()
+    alg, state = run("femam", fed, 5, structure=["global", kind], num_clusters=2, init_rounds=3, window=2,
+                     threshold=1e9, epsilon=epsilon)
+    assert state["added"] == [0, 3] and state["complete"]
+    holders = np.flatnonzero(state["kept"][:, 1])
+    assert 0 < len(holders) < fed.num_clients
+    start = {k: v.clone() for k, v in state["levels"][1].items()}
+    state, _ = alg.round(fed, state, 6)
+    mu = alg.lam if kind == "cluster" else 0.0
+    trained = {i: train_newest_by_hand(fed.model, [row(state["levels"][0], i)], row(start, i), *client_rows(fed, i),
+                                       mu=mu) for i in holders}
+    groups = state["groups"][1]
+    assert (groups[holders] >= 0).all() and (np.delete(groups, holders) == -1).all()
+    for i in holders:
+        members = holders if kind == "global" else holders[groups[holders] == groups[i]] if kind == "cluster" else [i]
+        models = [trained.get(j, row(start, j)) for j in range(fed.num_clients)]  # only holders are averaged
+        assert_rows(state["levels"][1], weighted_mean(models, fed.data.train.counts, members), [i])
+    dropped = np.setdiff1d(np.arange(fed.num_clients), holders)
+    for k, v in start.items():
+        assert torch.equal(state["levels"][1][k][dropped], v[dropped])
+
+
+def test_eq9_pruning_compares_the_final_models_with_and_without_the_level():
+    """FeMAM Eq. (9) (``pruning: eq9``): the decision compares each client's validation loss with and
+    without the newest level at convergence, not the code's windowed means of earlier rounds (which,
+    with a window of 3 rounds, would decide differently here)."""
+    fed = federation()
+    alg, state = run("femam", fed, 6, structure=["global", "personal"], init_rounds=3, window=3, threshold=1e9)
+    assert state["added"] == [0, 3] and state["complete"]
+    keep = []
+    for i in range(fed.num_clients):
+        x, y = client_rows(fed, i, "val")
+        outs = [output(fed.model, row(level, i), x) for level in state["levels"]]
+        keep.append(F.cross_entropy(outs[0], y).item() - F.cross_entropy(outs[0] + outs[1], y).item() > 0)
+    assert state["kept"][:, 1].tolist() == keep
+    window = by_hand_window_keep(np.stack(state["val_log"]), np.array(state["val_level"]), 3)
+    assert window.tolist() != keep
+
+
+def test_the_proximal_term_on_every_level_under_the_codes_prox_levels_all():
+    """The released code's regulariser (notes §1.7.2, ``prox_levels: all``): every level, here a personal
+    one (local training under the paper's default), trains with lam/2 ||theta - theta_start||^2.
+    Full-batch GD, 2 steps, by hand."""
+    fed = planted_federation()
+    initial = model_weights(fed.model)
+    _, state = run("femam", fed, 1, structure=["personal"], lam=1.0, prox_levels="all", init_rounds=1000)
+    for i in range(fed.num_clients):
+        by_hand = train_newest_by_hand(fed.model, [], initial, *client_rows(fed, i), mu=1.0)
+        assert_rows(state["levels"][0], by_hand, [i])
+        without = train_newest_by_hand(fed.model, [], initial, *client_rows(fed, i), mu=0.0)
+        assert not torch.allclose(by_hand["1.weight"], without["1.weight"], atol=1e-4)  # the term matters here
+
+
+def test_an_added_levels_random_model_is_drawn_from_the_runs_seed():
+    """FeMAM Algorithm 2 line 2: an added level starts from a fresh random model, one for all clients,
+    drawn from the run's seed: runs with other seeds start it from other models."""
+    starts = []
+    for seed in (0, 1):
+        fed = federation(seed=seed)
+        _, state = run("femam", fed, 1, structure=["global", "personal"], init_rounds=1, window=1, threshold=1e9)
+        assert state["added"] == [0, 1]
+        starts.append(row(state["levels"][1], 0))
+    assert all(not torch.equal(starts[0][k], starts[1][k]) for k in starts[0])
+
+
+def test_what_the_pipeline_reads_of_a_femam_run():
+    """The outputs behind the structure scores and Fig. 4 / A.1: the global level's model (level 1 of a
+    structure that starts with a global level), the first cluster level's groups (none before it exists),
+    and the structure record: every level's number, kind, round added, members of each group (a client
+    that dropped the level in none), assignment and dropped clients, and the trace of the mean
+    validation loss and accuracy at every round."""
+    fed, alg, state = run_planted(2)
+    assert alg.clusters(fed, state) is None
+    fed, alg, state = run_planted(7, epsilon=0.01)
+    assert state["added"] == [0, 3, 5] and state["complete"]
+    assert state["kept"].shape == (fed.num_clients, 3)
+    assert np.array_equal(alg.clusters(fed, state), state["groups"][1])
+    model = alg.global_model(fed, state)
+    for k, v in model.items():
+        level = state["levels"][0][k]
+        assert torch.equal(v, level[0]) and torch.equal(level, v.expand_as(level))
+    structure = alg.artifacts(fed, state)["structure"]
+    assert structure["structure"] == ["global", "cluster", "personal"] and structure["complete"]
+    levels = structure["levels"]
+    assert [(l["level"], l["kind"], l["added_round"]) for l in levels] == [(1, "global", 0), (2, "cluster", 3),
+                                                                            (3, "personal", 5)]
+    assert levels[0]["groups"] == {"0": list(range(fed.num_clients))} and levels[0]["assignment"] == [0] * fed.num_clients
+    assert levels[0]["pruned"] == []
+    for level in levels[1:]:
+        assignment = np.array(level["assignment"])
+        assert level["pruned"] == np.flatnonzero(assignment == -1).tolist()
+        assert level["groups"] == {str(g): np.flatnonzero(assignment == g).tolist() for g in set(level["assignment"]) - {-1}}
+    assert sum(len(level["pruned"]) for level in levels) > 0
+    assert levels[2]["groups"] == {str(i): [i] for i in range(fed.num_clients) if i not in levels[2]["pruned"]}
+    assert [t["round"] for t in structure["trace"]] == list(range(1, 8))
+    assert [t["levels"] for t in structure["trace"]] == [1, 1, 1, 2, 2, 3, 3]
+    for t, losses in zip(structure["trace"], state["val_log"]):
+        assert t["val_loss"] == pytest.approx(float(np.mean(losses)), rel=1e-6) and 0 <= t["val_acc"] <= 1
+
+
+def test_one_algorithm_object_serves_two_federations():
+    """FeMAM's additive models and FedRep's partial trainers are built per federation's data: an
+    algorithm object already run on one federation trains on the clients of another exactly as a fresh
+    object does."""
+    for name, params in (("femam", dict(structure=["personal"], init_rounds=1000)), ("fedrep", {})):
+        alg = ALGORITHMS[name](**params)
+        first = federation()
+        run(alg, first, 1)
+        other = dict(data=data_with_val([10, 40, 20]), local=full_batch())
+        _, reused = run(alg, federation(**other), 2)
+        _, fresh = run(ALGORITHMS[name](**params), federation(**other), 2)
+        models = reused["levels"][0] if name == "femam" else {**reused["global"], **reused["heads"]}
+        expected = fresh["levels"][0] if name == "femam" else {**fresh["global"], **fresh["heads"]}
+        for k, v in expected.items():
+            assert torch.equal(models[k], v), (name, k)
+
+
 # ---- baselines -------------------------------------------------------------------------------------
 
 
@@ -517,6 +817,68 @@ def test_fesem_plus_scores_each_client_with_its_cluster_model_fine_tuned_by_hand
         assert_rows(scored, tuned, [i])
 
 
+def deep_mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 3))
+
+
+@pytest.mark.parametrize("name", ["ditto", "fedrep"])
+def test_ditto_and_fedrep_with_a_sampled_half_of_the_clients_by_hand(name):
+    """Ditto (Li et al. 2021, Alg. 1) and FedRep (Collins et al. 2021, Alg. 1; the head is the last Linear
+    layer, here of a 3-layer MLP) when a round samples half the clients: only they train; the global
+    model (FedRep: the body) becomes the sample-weighted average of theirs; the others' personal models
+    (heads) stay as they were.  One full-batch step per phase, by hand."""
+    fed = make_federation(data_with_val(), deep_mlp(), full_batch(), participation=0.5)
+    initial = model_weights(fed.model)
+    alg = ALGORITHMS[name](**({"head_epochs": 1, "body_epochs": 1} if name == "fedrep" else {}))
+    state = alg.init(fed, initial)
+    state, _ = alg.round(fed, state, 1)
+    personal = state["personal"] if name == "ditto" else state["heads"]
+    chosen = [i for i in range(fed.num_clients) if not torch.equal(personal["5.weight"][i], initial["5.weight"])]
+    assert len(chosen) == 3
+    head = ["5.weight", "5.bias"]
+    trained = []
+    for i in range(fed.num_clients):
+        x, y = client_rows(fed, i)
+        if name == "ditto":
+            trained.append(gd_by_hand(fed.model, initial, x, y, steps=1, lr=0.2))
+        else:
+            after_head = gd_by_hand(fed.model, initial, x, y, steps=1, lr=0.2, keys=head)
+            trained.append(gd_by_hand(fed.model, after_head, x, y, steps=1, lr=0.2, keys=[k for k in initial if k not in head]))
+    averaged = weighted_mean(trained, fed.data.train.counts, chosen)
+    body = initial if name == "ditto" else [k for k in initial if k not in head]
+    for k in body:
+        torch.testing.assert_close(state["global"][k], averaged[k], atol=1e-5, rtol=1e-5)
+    for i in range(fed.num_clients):
+        expected = trained[i] if i in chosen else initial
+        for k in personal:
+            torch.testing.assert_close(personal[k][i], expected[k], atol=1e-5, rtol=1e-5)
+    if name == "ditto":
+        assert alg.client_models(fed, state, 1) is state["personal"] and alg.global_model(fed, state) is state["global"]
+    else:
+        assert torch.equal(state["global"]["5.weight"], initial["5.weight"])  # the head is never averaged
+
+
+def test_partial_trainers_are_of_the_federations_kind():
+    """``partial.trainer_for``: the trainer of a partly frozen model is of the federation's kind, the
+    vectorised one with the federation's chunk size and memory budget (the hand-written Linear/ReLU step
+    off: it would take a frozen Linear for a trainable one), or the reference one; FedRep trains the same
+    on either."""
+    fed = federation(full_batch())
+    fed.trainer = VectorisedTrainer(fed.model, fed.data, chunk_size=2, memory_mb=64.0)
+    trainer = trainer_for(fed, frozen_copy(fed.model, ["3.weight", "3.bias"]))
+    assert isinstance(trainer, VectorisedTrainer) and trainer.step_kind != "fused_mlp"
+    assert (trainer.chunk_size, trainer.memory_mb) == (2, 64.0)
+    _, vectorised = run("fedrep", fed, 1)
+    reference = federation(full_batch())
+    reference.trainer = ReferenceTrainer(reference.model, reference.data)
+    assert isinstance(trainer_for(reference, frozen_copy(reference.model)), ReferenceTrainer)
+    _, by_reference = run("fedrep", reference, 1)
+    for part in ("global", "heads"):
+        for k, v in vectorised[part].items():
+            torch.testing.assert_close(by_reference[part][k], v, atol=1e-5, rtol=1e-5)
+
+
 # ---- protocol and bad input ------------------------------------------------------------------------
 
 
@@ -542,6 +904,24 @@ def test_femam_protocol_picks_the_round_of_least_validation_loss():
 def test_bad_femam_options_are_named(params, message):
     with pytest.raises(ValueError, match=message):
         ALGORITHMS["femam"](**params)
+
+
+@pytest.mark.parametrize("params, valid", [
+    ({"num_clusters": 1, "window": 1, "init_rounds": 0, "lam": 0.0, "threshold": 1e-9}, True),
+    ({"num_clusters": 0}, False),
+    ({"window": 0}, False),
+    ({"init_rounds": -1}, False),
+    ({"lam": -0.1}, False),
+    ({"threshold": 0.0}, False),
+])
+def test_femam_option_bounds(params, valid):
+    """FeMAM's numeric options at their bounds: at least 1 cluster and a window of 1 round, init_rounds
+    and lam may be 0, the convergence threshold must be positive; each bound is checked on its own."""
+    if valid:
+        assert ALGORITHMS["femam"](**params).num_clusters == params["num_clusters"]
+    else:
+        with pytest.raises(ValueError, match="FeMAM needs"):
+            ALGORITHMS["femam"](**params)
 
 
 def test_femam_needs_validation_rows():

@@ -1,5 +1,7 @@
 """FLT's server updates against the algorithms they generalise (Algorithm 3, cases I and II)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -72,16 +74,23 @@ def test_one_cluster_is_fedavg():
 def test_case_two_averages_all_members_or_only_the_sampled_ones_by_hand():
     """lr = 0 leaves every model as it is; client m holds (m + 1) * w0.  Clusters {0, 1}, {2, 3, 4},
     sampled {0, 2}.  "all": cluster 0 -> (12*1 + 30*2)/42 w0, cluster 1 -> (9*3 + 17*4 + 21*5)/47 w0;
-    "sampled": cluster 0 -> 1 w0, cluster 1 -> 3 w0."""
+    "sampled": cluster 0 -> 1 w0, cluster 1 -> 3 w0.  "all" with ``aggregation: in_place`` (the authors'
+    loop over the same-cluster blocks): each member averages the already-updated earlier members."""
     clusters = np.array([0, 0, 1, 1, 1])
+    a1 = (12 * 72 / 42 + 30 * 2) / 42
+    b3 = (9 * 200 / 47 + 17 * 4 + 21 * 5) / 47
+    b4 = (9 * 200 / 47 + 17 * b3 + 21 * 5) / 47
     expected = {
         "all": [72 / 42, 72 / 42, 200 / 47, 200 / 47, 200 / 47],
         "sampled": [1.0, 1.0, 3.0, 3.0, 3.0],
+        "all in_place": [72 / 42, a1, 200 / 47, b3, b4],
     }
     for how, factors in expected.items():
         fed = make_federation(make_data(SIZES), mlp(), LocalSGD(1, 5, 0.0), seed=3)
         fed.sample_clients = lambda: torch.tensor([0, 2])
-        algorithm = ALGORITHMS["flt"](encoder="unused", clusters=2, cluster_average=how)
+        average, _, aggregation = how.partition(" ")
+        algorithm = ALGORITHMS["flt"](encoder="unused", clusters=2, cluster_average=average,
+                                      aggregation=aggregation or "simultaneous")
         w0 = model_weights(fed.model)
         scale = torch.arange(1, 6, dtype=torch.float32)
         stacked = {k: broadcast(w0, 5)[k] * scale.view(-1, *[1] * v.dim()) for k, v in w0.items()}
@@ -168,3 +177,225 @@ def test_fesem_as_flt_code_clusters_all_models_and_averages_per_cluster_by_hand(
         assert labels[0] == labels[1] != labels[2] == labels[3] == labels[4]
         for k, v in w0.items():
             torch.testing.assert_close(state["clients"][k], torch.stack([f * v for f in factors]), rtol=1e-5, atol=1e-6)
+
+
+def test_neighbour_average_keeps_integer_buffers_and_dtypes():
+    """FLT's server average (Algorithm 3, w_m <- sum_j Ã_mj n_j w_j / sum_j Ã_mj n_j) averages the
+    floating tensors only: an integer buffer (BatchNorm's ``num_batches_tracked``) is left as it is,
+    and every tensor keeps its dtype."""
+    stacked = {"n": torch.tensor([3, 5, 7]), "w": torch.tensor([[1.0], [2.0], [4.0]], dtype=torch.float64),
+               "v": torch.tensor([[1.0], [1.0], [0.0]])}  # the integer buffer first: what follows is averaged too
+    for in_place in (False, True):
+        out = neighbour_average(stacked, np.ones((3, 3)), torch.tensor([1, 1, 2]), in_place)
+        assert torch.equal(out["n"], stacked["n"])
+        assert out["w"].dtype == torch.float64
+        torch.testing.assert_close(out["w"][0], torch.tensor([11 / 4], dtype=torch.float64))
+        torch.testing.assert_close(out["v"][0], torch.tensor([0.5]))
+
+
+def test_flt_graph_clusters_and_artifacts_reported_to_the_pipeline():
+    """What the pipeline reads from FLT: ``adjacency`` is the graph the server averages over, Ã in case I
+    and HC's same-cluster blocks in case II; ``clusters`` are HC's clusters; the artifacts are the
+    relatedness outputs the run computed (missing ones left out); every client is scored with its own
+    model and there is no global model."""
+    algorithm = ALGORITHMS["flt"](encoder="unused")
+    adjacency = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+    clients = {"w": torch.arange(3.0)[:, None]}
+    state = {"clients": clients, "adjacency": adjacency, "clusters": np.array([0, 1, 1]), "distances": np.eye(3),
+             "linkage": np.zeros((2, 4)), "centres_2d": np.zeros((3, 2, 2))}
+    assert algorithm.adjacency(None, state) is adjacency
+    assert algorithm.clusters(None, state).tolist() == [0, 1, 1]
+    assert algorithm.client_models(None, state, 1) is clients and algorithm.global_model(None, state) is None
+    everything = ["adjacency", "centres_2d", "clusters", "distances", "linkage"]
+    assert sorted(algorithm.artifacts(None, state)) == everything
+    assert sorted(algorithm.artifacts(None, {**state, "centres_2d": None})) == everything[:1] + everything[2:]  # PCA+kM+HC
+    case_two = ALGORITHMS["flt"](encoder="unused", clusters=2)
+    assert case_two.adjacency(None, state).tolist() == [[1, 0, 0], [0, 1, 1], [0, 1, 1]]
+    assert case_two.adjacency(None, {**state, "clusters": None}) is adjacency
+
+
+def test_flt_documented_defaults_and_choices():
+    """The registered defaults the docstrings document: FLT (paper) k = 5, γ = 1, ``distance: min``,
+    case I, simultaneous W̄Ã averaging, UMAP 15 neighbours / min_dist 0.1, no encoder fine-tuning, case II
+    over all members; PCA+kM+HC (authors' code) k = 5, 128 PCA components, γ = 1.2, matching distance,
+    C = 3.  Unknown aggregation / cluster_average choices are rejected."""
+    from fedbench.algorithms.flt import FLT
+
+    assert ALGORITHMS["flt"](encoder="e") == FLT("encoder", "e", 0, 5, 1.0, "min", None, "simultaneous", 15, 0.1, 0, "all")
+    assert ALGORITHMS["pca_km_hc"]() == FLT("pca", None, 0, 5, 1.2, "matching", 3, "simultaneous", 15, 0.1, 128, "all")
+    for bad in (dict(aggregation="sequential"), dict(cluster_average="weighted")):
+        with pytest.raises(ValueError):
+            ALGORITHMS["flt"](encoder="e", **bad)
+        with pytest.raises(ValueError):
+            ALGORITHMS["pca_km_hc"](**bad)
+
+
+def test_fesem_flt_kmeans_warm_starts_from_the_previous_centres():
+    """FedSEM as FLT's code (notes §4.4): the first round's k-means is k-means++ with 20 restarts (the
+    best of them); later rounds run Lloyd's iterations from the previous round's centres.  Four points
+    at the corners of a 10 x 1 rectangle: the best 2-means split is left | right; started at the centres
+    (5, 0) and (5, 1), Lloyd stays at the bottom | top split (a fixed point)."""
+    from fedbench.algorithms.fesem_flt import kmeans_step
+
+    points = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
+    labels, centres = kmeans_step(points, 2, None, seed=0)
+    assert labels[0] == labels[1] != labels[2] == labels[3]
+    np.testing.assert_allclose(sorted(centres.tolist()), [[0.0, 0.5], [10.0, 0.5]])
+    labels, centres = kmeans_step(points, 2, np.array([[5.0, 0.0], [5.0, 1.0]]), seed=0)
+    assert labels.tolist() == [0, 1, 0, 1]
+    np.testing.assert_allclose(centres, [[5.0, 0.0], [5.0, 1.0]])
+    # eight Gaussian points, 3 clusters: one k-means++ start (seeds 0-2) ends in a local optimum, the best
+    # of 20 reaches the optimal partition (brute force over all 3^8 labellings)
+    import itertools
+
+    points = np.random.default_rng(0).normal(size=(8, 2))
+    onehot = np.eye(3)[np.array(list(itertools.product(range(3), repeat=8)))]  # [6561, 8, 3]
+    sizes = onehot.sum(1)
+    sums = np.einsum("lmc,md->lcd", onehot, points)
+    sse = (points**2).sum() - ((sums**2).sum(-1) / np.maximum(sizes, 1)).sum(-1)
+    labels, _ = kmeans_step(points, 3, None, seed=0)
+    assert np.isclose(sse[np.ravel_multi_index(tuple(labels), (3,) * 8)], sse.min())
+    # the restarts are drawn from the run's seed: 30 Gaussian points in 4-D, 6 clusters, where unseeded
+    # best-of-20 runs end in many different local optima, give the same centres on every call
+    points = np.random.default_rng(1).normal(size=(30, 4))
+    runs = [kmeans_step(points, 6, None, seed=5)[1] for _ in range(3)]
+    assert all(np.array_equal(r, runs[0]) for r in runs)
+
+
+@pytest.mark.parametrize("state_kind", ["full", "parameters"])
+def test_fesem_flt_state_decides_what_kmeans_sees(state_kind):
+    """FedSEM as FLT's code clusters the flattened *state dicts* (``state: full``, buffers such as
+    BatchNorm's running statistics included) or only the trained parameters (``state: parameters``).
+    lr = 0 and BatchNorm momentum 0 keep every model as it is.  Parameters: clients {0, 1} near w0,
+    {2, 3, 4} near 10 w0; running means: {0, 2} at 0, {1, 3, 4} at 1000, which dominate the full state.
+    Every client's assignment is logged each round; each client is scored with its own model."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.BatchNorm1d(4, momentum=0.0), nn.Linear(4, 3))
+    fed = make_federation(make_data(SIZES), model, LocalSGD(1, 64, 0.0), seed=3)
+    fed.sample_clients = lambda: torch.tensor([0, 1, 2, 3, 4])
+    algorithm = ALGORITHMS["fesem_flt"](num_clusters=2, state=state_kind, aggregation="simultaneous")
+    state = algorithm.init(fed, model_weights(fed.model))
+    before = algorithm.clusters(fed, state)  # before any round: one cluster
+    assert before.tolist() == [0] * 5 and before.dtype.kind == "i"
+    scale = torch.tensor([1.0, 1.1, 10.0, 10.5, 11.0])
+    clients = {k: v * scale.view(-1, *[1] * (v.dim() - 1)) if v.is_floating_point() else v
+               for k, v in state["clients"].items()}
+    clients["2.running_mean"] = torch.tensor([0.0, 1000.0, 0.0, 1000.0, 1000.0])[:, None].expand(5, 4).clone()
+    clients["2.running_var"] = torch.ones(5, 4)
+    state["clients"] = clients
+    state, _ = algorithm.round(fed, state, 1)
+    labels = algorithm.clusters(fed, state)
+    if state_kind == "full":
+        assert labels[0] == labels[2] != labels[1] == labels[3] == labels[4]
+    else:
+        assert labels[0] == labels[1] != labels[2] == labels[3] == labels[4]
+    frame = algorithm.artifacts(fed, state)["assignments"]
+    assert frame["client"].tolist() == list(range(5)) and frame["cluster"].tolist() == labels.tolist()
+    assert algorithm.client_models(fed, state, 1) is state["clients"]  # scored with their own models
+    assert algorithm.global_model(fed, state) is None
+
+
+def test_fesem_flt_rejects_impossible_settings():
+    """FedSEM as FLT's code: at least one cluster, at most one per client (as many as clients is valid);
+    ``state`` and ``aggregation`` among the documented choices (one cluster is valid: FedAvg over everyone)."""
+    for bad in (dict(num_clusters=0), dict(state="buffers"), dict(aggregation="sequential")):
+        with pytest.raises(ValueError):
+            ALGORITHMS["fesem_flt"](**bad)
+    assert ALGORITHMS["fesem_flt"](num_clusters=1).num_clusters == 1
+    fed = make_federation(make_data(SIZES), mlp(), LocalSGD(1, 5, 0.1), seed=3)
+    algorithm = ALGORITHMS["fesem_flt"](num_clusters=6)
+    with pytest.raises(ValueError):
+        algorithm.round(fed, algorithm.init(fed, model_weights(fed.model)), 1)
+    algorithm = ALGORITHMS["fesem_flt"](num_clusters=5)  # one client per cluster: local training
+    state, _ = algorithm.round(fed, algorithm.init(fed, model_weights(fed.model)), 1)
+    assert sorted(algorithm.clusters(fed, state).tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_fesem_flt_flattens_models_in_float64_in_the_given_order():
+    """FedSEM as FLT's code: k-means runs on the [M, P] float64 matrix of each client's named tensors,
+    concatenated in the given order."""
+    from fedbench.algorithms.fesem_flt import flattened
+
+    stacked = {"a": torch.tensor([[1.0, 2.0], [3.0, 4.0]]), "b": torch.tensor([[[0.1]], [[0.2]]])}
+    out = flattened(stacked, ["b", "a"])
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, np.array([[np.float32(0.1), 1, 2], [np.float32(0.2), 3, 4]], dtype=np.float64))
+
+
+def test_flt_relatedness_passes_its_settings_to_fcr(monkeypatch):
+    """FLT's initialisation (Algorithm 3 line 2, FCR = Algorithm 2) with the run's own settings: the
+    encoder file ``<encoders>/<encoder>.pt``, fine-tuned J epochs on every client's data with the
+    authors' Adam lr 1e-3 and batch 64; k-means k, γ, the distance, UMAP's neighbours and min_dist, the
+    run's seed; HC into C clusters (``clusters: auto`` or case I: HC picks C).  PCA+kM+HC: the per-client
+    PCA sees exactly each client's *training* rows, flattened.  FCR's own steps are replaced by recorders."""
+    from types import SimpleNamespace
+
+    from fedbench.algorithms import flt as flt_module
+
+    calls = {}
+
+    def record(name, result):
+        def fake(*args, **kwargs):
+            calls[name] = (args, kwargs)
+            return result
+        return fake
+
+    outcome = SimpleNamespace(adjacency="A", clusters="C", distances="D", linkage="L", centres_2d="P")
+    monkeypatch.setattr(flt_module, "load_encoder", record("load", torch.nn.Identity()))
+    monkeypatch.setattr(flt_module, "embed_clients", record("embed", ["e"]))
+    monkeypatch.setattr(flt_module, "fcr", record("fcr", outcome))
+    monkeypatch.setattr(flt_module, "pca_signatures", record("pca", "S"))
+    monkeypatch.setattr(flt_module, "relatedness", record("relatedness", outcome))
+    fed = make_federation(make_data(SIZES), mlp(), LocalSGD(1, 5, 0.1), seed=3)
+    fed.encoders = Path("/somewhere")
+    for clusters, expected in [(None, None), ("auto", None), (4, 4)]:
+        algorithm = ALGORITHMS["flt"](encoder="enc", finetune_epochs=2, k=3, gamma=0.7, distance="matching",
+                                      clusters=clusters, umap_neighbors=6, umap_min_dist=0.2)
+        state = algorithm.init(fed, model_weights(fed.model))
+        assert {k: state[k] for k in ("adjacency", "clusters", "distances", "linkage", "centres_2d")} == dict(
+            adjacency="A", clusters="C", distances="D", linkage="L", centres_2d="P")
+        assert calls["load"][0] == (Path("/somewhere/enc.pt"),)
+        args, kwargs = calls["embed"]
+        assert args[1] is fed.data and args[2].tolist() == list(range(5))
+        assert (kwargs["finetune_epochs"], kwargs["lr"], kwargs["batch_size"], kwargs["generator"]) == (2, 1e-3, 64, fed.generator)
+        assert calls["fcr"] == ((["e"],), dict(k=3, gamma=0.7, distance="matching", n_neighbors=6, min_dist=0.2,
+                                               num_clusters=expected, seed=3))
+    state = ALGORITHMS["pca_km_hc"](k=2, pca_components=4, gamma=0.9, clusters="auto").init(fed, model_weights(fed.model))
+    assert state["adjacency"] == "A" and "centres_2d" not in state
+    (samples,), kwargs = calls["pca"]
+    assert kwargs == dict(n_components=4, k=2, seed=3)
+    for m, rows in enumerate(samples):
+        own = fed.data.train.index[m, : SIZES[m]]
+        np.testing.assert_array_equal(rows, fed.data.x[own].flatten(1).numpy())
+    assert calls["relatedness"] == (("S",), dict(gamma=0.9, distance="matching", num_clusters=None))
+    ALGORITHMS["pca_km_hc"](clusters=2).init(fed, model_weights(fed.model))
+    assert calls["relatedness"][1]["num_clusters"] == 2
+
+
+def test_fesem_flt_later_rounds_start_kmeans_at_the_previous_centres(monkeypatch):
+    """FedSEM as FLT's code (notes §4.4): from the second round on, k-means starts at the previous
+    round's centres.  Linear(1 -> 2) without bias: a model is the point (w_0, w_1); lr = 0 keeps it.
+    Round 1: models at (0, 0), (0, 1), (10, 0), (10, 1), clustered left | right, centres (0, 1/2) and
+    (10, 1/2).  Then the models move to (0, 0), (0, 20), (10, 0), (10, 20): a fresh k-means splits
+    bottom | top (cost 4 x 5^2 = 100 against 4 x 10^2 = 400), but Lloyd started at (0, 1/2), (10, 1/2)
+    stays left | right (a fixed point).  k-means is seeded with the run's seed."""
+    from fedbench.algorithms import fesem_flt
+
+    seeds, kmeans_step = [], fesem_flt.kmeans_step
+
+    def recording(points, num_clusters, previous, seed):
+        seeds.append(seed)
+        return kmeans_step(points, num_clusters, previous, seed)
+
+    monkeypatch.setattr(fesem_flt, "kmeans_step", recording)
+    data = make_data([6, 6, 6, 6], dim=1, num_classes=2)
+    fed = make_federation(data, nn.Linear(1, 2, bias=False), LocalSGD(1, 64, 0.0), seed=3)
+    algorithm = ALGORITHMS["fesem_flt"](num_clusters=2, aggregation="simultaneous")
+    state = algorithm.init(fed, model_weights(fed.model))
+    for round_, points in enumerate([[[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]],
+                                     [[0.0, 0.0], [0.0, 20.0], [10.0, 0.0], [10.0, 20.0]]], 1):
+        state["clients"] = {"weight": torch.tensor(points)[:, :, None]}
+        state, _ = algorithm.round(fed, state, round_)
+        labels = algorithm.clusters(fed, state)
+        assert labels[0] == labels[1] != labels[2] == labels[3], round_
+    assert seeds == [3, 3]

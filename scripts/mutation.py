@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -157,7 +158,28 @@ def module_of(mutant: str) -> str:
     return dotted.replace(".", "/") + ".py"
 
 
+def record_run(copy: Path, seconds: float, survivors: list[str] | None) -> None:
+    """Append this run's wall time, kind and commit to ``runs.jsonl`` in the group's copy."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    entry = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "seconds": round(seconds),
+             "kind": "survivors" if survivors else "full", "mutants": len(survivors) if survivors else len(outcomes(copy))}
+    with open(copy / "runs.jsonl", "a") as out:
+        out.write(json.dumps(entry) + "\n")
+
+
+def run_times(workdir: Path) -> str:
+    """One line per group: its runs' wall times (full runs and survivor re-tests)."""
+    lines = []
+    for copy in sorted(p for p in workdir.iterdir() if (p / "runs.jsonl").is_file()):
+        runs = [json.loads(line) for line in (copy / "runs.jsonl").read_text().splitlines() if line]
+        lines.append(f"- {copy.name}: " + "; ".join(
+            f"{r['kind']} {r['mutants']} mutants in {r['seconds'] / 60:.1f} min ({r['date']}, {r['commit']})" for r in runs))
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def summary(workdir: Path) -> str:
+    if not workdir.is_dir():
+        return f"mutation: no runs under {workdir} yet\n"
     per_module: dict[str, Counter] = {}
     survivors = []
     for copy in sorted(p for p in workdir.iterdir() if (p / "mutants").is_dir()):
@@ -180,7 +202,7 @@ def summary(workdir: Path) -> str:
         for copy, name, status in survivors:
             diff = subprocess.run([str(MUTMUT), "show", name], cwd=copy, capture_output=True, text=True).stdout
             out.write(f"## {name} ({status}, group {copy.name})\n{diff}\n")
-    table = "\n".join(rows) + "\n"
+    table = "\n".join(rows) + "\n\n" + run_times(workdir)
     (workdir / "summary.md").write_text(table)
     return table
 
@@ -212,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             copy = prepare(group, args.workdir, args.fresh and not args.survivors)
             print(f"mutation: group {group} in {copy} (log: {copy / 'mutmut.log'})"
                   + (f", re-testing {len(survivors)} survivors" if survivors else ""), flush=True)
+            started = time.time()
             code = run_group(copy, args.max_children, survivors)
+            record_run(copy, time.time() - started, survivors)
             if code:
                 print(f"mutation: mutmut exited {code} for group {group}; see {copy / 'mutmut.log'}", file=sys.stderr)
                 return code

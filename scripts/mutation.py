@@ -75,7 +75,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     ),
 }
 MESSAGE_LINES = [r"^\s*raise \w+\(", r"^\s*warnings\.warn\("]
-COPIED = ["fedbench", "tests", "config", "scripts", "workflow", "envs", "profiles", "docs", "Snakefile", "pyproject.toml"]
+COPIED = ["fedbench", "tests", "config", "scripts", "workflow", "envs", "profiles", "docs", "Snakefile", "README.md",
+          "pyproject.toml"]
 
 
 def toml_list(values: list[str]) -> str:
@@ -103,7 +104,7 @@ def mutmut_section(modules: list[str], tests: list[str]) -> str:
         "[tool.mutmut]",
         'source_paths = ["fedbench"]',
         f"only_mutate = {toml_list(modules)}",
-        'also_copy = ["config", "scripts", "workflow", "envs", "Snakefile", "docs", "profiles"]',
+        'also_copy = ["config", "scripts", "workflow", "envs", "Snakefile", "docs", "profiles", "README.md"]',
         f"pytest_add_cli_args_test_selection = {toml_list(selection)}",
         "pytest_add_cli_args = "
         + toml_list(["-p", "no:cacheprovider", "-q", "-m", "not slow", "-o", "addopts=", *deselect]),

@@ -1,4 +1,4 @@
-"""FeMAM — Federated Multi-Level Additive Modeling (Wang et al., "Multi-Level Additive Modeling for
+"""FeMAM — Federated Multi-Level Additive Modeling (Chen et al., "Multi-Level Additive Modeling for
 Structured Non-IID Federated Learning"; Algorithms 1-2, Eqs. 2-9, B.1-B.5).
 
 Every client predicts with the sum of its levels' outputs (Eq. 2, :class:`AdditiveLevels`).  Levels
@@ -292,7 +292,7 @@ def femam(
     epsilon: float = 0.0,
     pruned_level: Literal["leaves", "stays"] = "leaves",
 ) -> FeMAM:
-    """FeMAM (Wang et al.): levels of kind global/cluster/personal added one by one (``structure``;
+    """FeMAM (Chen et al.): levels of kind global/cluster/personal added one by one (``structure``;
     the paper's 5 levels by default), ``num_clusters`` groups per cluster level, proximal weight ``lam``
     (the paper leaves lambda open: 0.02 = the code's 0.01 ||.||^2), convergence after ``init_rounds``
     over ``window`` rounds below ``threshold``, pruning margin ``epsilon`` (Eq. 9); the other

@@ -1,4 +1,4 @@
-"""FeMAM's server-side decisions as plain functions of recorded numbers (Wang et al., Sec. 3.4,
+"""FeMAM's server-side decisions as plain functions of recorded numbers (Chen et al., Sec. 3.4,
 App. B; the released code: notes §1.4): when a level has converged, which clients keep a level,
 and how a cluster level groups the clients.  Each rule has the paper's reading and the code's.
 """

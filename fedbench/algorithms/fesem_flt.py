@@ -1,6 +1,6 @@
 """FedSEM as FLT's code runs it (hjraad/FLT, ``multi_center: True``; docs/original_code_notes.md §4.4).
 
-FLT's published FedSEM numbers come from FLT's own trainer, not from Long et al.'s FeSEM
+FLT's published FedSEM numbers come from FLT's own trainer, not from Xie et al.'s FeSEM
 (:mod:`fedbench.algorithms.fesem`).  Every client owns a model; each round
 
 1. the sampled clients train their own current models (as every FLT-code method);

@@ -1,4 +1,4 @@
-"""FeMAM's additive model (Wang et al., Eq. 2): a client's prediction is the sum over its levels
+"""FeMAM's additive model (Chen et al., Eq. 2): a client's prediction is the sum over its levels
 of the level models' outputs, sum_l a_l f(x; theta^(l)).
 
 :class:`AdditiveLevels` holds ``n`` copies of a template under ``levels.{l}`` plus a buffer

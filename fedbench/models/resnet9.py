@@ -1,4 +1,4 @@
-"""FeMAM's "ResNet-9" (Shutong Chen et al., Section 5 "Models"; the authors' ``resnet.py``).
+"""FeMAM's "ResNet-9" (Chen et al., Section 5 "Models"; the authors' ``resnet.py``).
 
 The paper names it ResNet-9; the released ``ResNet18()`` is a four-stage ResNet with one
 BasicBlock per stage (notes section 1.3)::

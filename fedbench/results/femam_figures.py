@@ -1,4 +1,4 @@
-"""FeMAM's discovered structure as figures (Wang et al., Fig. 4, A.1, C.2-C.4): the level x client
+"""FeMAM's discovered structure as figures (Chen et al., Fig. 4, A.1, C.2-C.4): the level x client
 grouping beside the partition's ground truth, and the number of levels against rounds.
 
 Both read the run's ``structure.json`` (:meth:`fedbench.algorithms.femam.FeMAM.artifacts`) and are

@@ -39,8 +39,11 @@ def test_every_published_femam_number_is_linked_once_per_metric():
     assert len(femam) == 382
     assert set(linked.index) == set(femam.index)
     card = scorecard(config, [], published)  # raises if a link matches no published number, or several
-    # every metric of a linked row is scored (accuracy and macro-F1): all 382 numbers, each once
-    assert len(card) == 382 and set(card["published_row"]) == set(femam.index) and card["published"].notna().all()
+    # every metric of a linked row is scored (accuracy and macro-F1): all 382 numbers, each once; the
+    # two Tiny ImageNet client-wise cells Table 1 prints differently from Table C.3 share a row
+    also = {int(r) for r in card["also_published_row"] if r}
+    assert len(card) == 380 and len(also) == 2 and card["published"].notna().all()
+    assert set(card["published_row"]) | also == set(femam.index)
 
 
 def test_cells_of_the_grid():

@@ -33,6 +33,15 @@ def _table_order(table: str) -> tuple:
     return (1, appendix, int(number) if number.isdigit() else 0)
 
 
+def _rows(card: pd.DataFrame) -> set[int]:
+    """The published rows a scorecard scores: each row's own and, where the paper prints the cell
+    twice with different numbers, the other table's (``also_published_row``, ``;``-separated)."""
+    rows = {int(r) for r in card["published_row"]}
+    for also in card["also_published_row"].dropna():
+        rows |= {int(float(r)) for r in str(also).split(";") if r.strip()}
+    return rows
+
+
 def coverage(published: pd.DataFrame, cards: Iterable[pd.DataFrame]) -> pd.DataFrame:
     """One row per paper and table (every table of ``published``), then a ``total`` row."""
     from fedbench.results.scorecard import COLUMNS as CARD_COLUMNS
@@ -41,9 +50,9 @@ def coverage(published: pd.DataFrame, cards: Iterable[pd.DataFrame]) -> pd.DataF
     reproduced = card[(card["seeds"] > 0) & card["reproduced"].notna()]
     agree = card[card["agreement"] == AGREE]
     counts = published[["paper", "table"]].copy()
-    counts["planned"] = published.index.isin(card["published_row"])
-    counts["reproduced"] = published.index.isin(reproduced["published_row"])
-    counts["agree"] = published.index.isin(agree["published_row"])
+    counts["planned"] = published.index.isin(_rows(card))
+    counts["reproduced"] = published.index.isin(_rows(reproduced))
+    counts["agree"] = published.index.isin(_rows(agree))
     table = (counts.assign(published=1).groupby(["paper", "table"], sort=False)[["published", "planned", "reproduced", "agree"]]
              .sum().reset_index())
     table = table.sort_values(["paper", "table"], key=lambda s: s.map(_table_order) if s.name == "table" else s).reset_index(drop=True)

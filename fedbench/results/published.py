@@ -10,7 +10,8 @@ A link may also name another ``table`` (the same cell printed in two tables, e.g
 and Tables C.2-C.4) and, for a table of differences (FeMAM's Table 2 ablation, ``accuracy_delta``),
 the algorithm the difference is taken to (``relative_to``).  A link stands for every number the
 table prints for its method and setting (test and train accuracy, macro-F1, variance across
-clients): the scorecard scores each from the same runs.
+clients): the scorecard scores each from the same runs; a difference row (``*_delta``) only through
+a link with ``relative_to`` (FeMAM's "+0.00" default row: ``relative_to`` the algorithm itself).
 """
 
 from __future__ import annotations

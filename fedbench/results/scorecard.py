@@ -15,6 +15,15 @@ paper's statistic (:mod:`fedbench.results.agreement`: standard error or standard
 reproduced mean and the same statistic over seeds, the difference reproduced − published, ``z``
 and the agreement flag, the published row's ``notes`` (FLAG remarks included) and a ``note`` on
 the reproduction (absent runs, runs shorter than the link's T, CFL that never split).
+
+A published difference (``accuracy_delta``, FeMAM's Table 2) is scored only as a difference: by a
+link with ``relative_to``, seed by seed; a plain link scores the other metrics of its method and
+setting and leaves the difference rows to those links (the "+0.00" of the default row is the
+default against itself, 0 by definition).  A cell the paper prints in two tables with two different
+numbers (FeMAM's Tiny ImageNet client-wise FeSEM+ and FeMAM, Table 1 vs Table C.3; three FLT cells,
+Tables 2/3 vs 8/9) is one row, under the experiment's own table (the first link), scored against
+that table's number; the other number is beside it (``also_published``) with its notes, so a
+reader sees one verdict rather than a guaranteed disagreement (:func:`one_row_per_contradiction`).
 """
 
 from __future__ import annotations
@@ -36,8 +45,8 @@ COLUMNS = [
     "paper", "table", "dataset", "model", "partition", "method", "setting", "metric", "split",
     "published", "published_std", "statistic", "reproduced", "reproduced_spread", "difference",
     "combined_se", "z", "agreement", "seeds", "diverged",
-    "experiment", "config_dataset", "config_partition", "config_model", "algorithm", "scored", "rounds", "protocol",
-    "published_row", "notes", "note",
+    "experiment", "config_dataset", "config_partition", "config_model", "algorithm", "scored", "rounds", "relative_to",
+    "protocol", "published_row", "also_published", "also_published_row", "notes", "note",
 ]
 
 UNITS = {"accuracy": 100.0, "macro_f1": 100.0, "accuracy_delta": 100.0, "variance": 100.0 ** 2}
@@ -118,6 +127,8 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                     )
                 if link.relative_to is not None:  # a table of differences: only the difference is printed
                     paper = primary
+                else:  # a difference needs the algorithm it is taken to: scored by a relative_to link only
+                    paper = paper[~paper["metric"].str.endswith("_delta")]
 
                 def seeds(algorithm: str, metric: str, split: str) -> tuple[dict[int, float], str, int]:
                     """Reproduced figure of every seed of ``algorithm`` in this cell (NaN: not recorded), a
@@ -144,6 +155,8 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                     if link.relative_to is not None:  # a difference, seed by seed
                         base, _, _ = seeds(link.relative_to, row["metric"], row["split"])
                         values = {seed: value - base[seed] for seed, value in values.items() if seed in base}
+                        if link.relative_to == link.algorithm:
+                            note = "; ".join(filter(None, [note, "the algorithm against itself: 0 by definition"]))
                     if values and all(math.isnan(v) for v in values.values()):
                         note = f"the runs do not record the {row['split']} {row['metric']} of the {link.scored} model"
                     values = [v for v in values.values() if not math.isnan(v)]
@@ -159,10 +172,42 @@ def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFr
                         "difference": mean - row["value"], **flag, "seeds": len(values), "diverged": diverged,
                         "experiment": name, "config_dataset": dataset, "config_partition": partition,
                         "config_model": model, "algorithm": link.algorithm,
-                        "scored": link.scored, "rounds": link.rounds, "protocol": protocol_name,
-                        "published_row": index, "notes": row["notes"], "note": note,
+                        "scored": link.scored, "rounds": link.rounds, "relative_to": link.relative_to,
+                        "protocol": protocol_name, "published_row": index, "also_published": "", "also_published_row": "",
+                        "notes": row["notes"], "note": note,
                     })
-    return pd.DataFrame(out, columns=COLUMNS)
+    return one_row_per_contradiction(pd.DataFrame(out, columns=COLUMNS))
+
+
+_SAME_NUMBER = [
+    "experiment", "config_dataset", "config_partition", "config_model", "algorithm", "scored", "rounds", "relative_to",
+    "paper", "dataset", "model", "partition", "method", "setting", "metric", "split",
+]
+"""Rows that score one published number of one cell from the same runs, whatever table prints it."""
+
+
+def one_row_per_contradiction(card: pd.DataFrame) -> pd.DataFrame:
+    """Where the paper prints one cell's number in two tables with different values (module doc),
+    keep the first link's row, scored against its own table's number, and put the other tables'
+    numbers (``also_published``, ``Table 1: 60.46 ± 0.35``), their row indices and notes beside it.
+    Numbers printed identically in two tables stay one row per table."""
+    if card.empty:
+        return card
+    card = card.copy()
+    dropped = []
+    for _, group in card.groupby(_SAME_NUMBER, dropna=False, sort=False):
+        if len(group) < 2 or group["published"].nunique() < 2:
+            continue
+        first, others = group.index[0], group.loc[group.index[1:]]
+        card.at[first, "also_published"] = "; ".join(
+            f"{t}: {_number(v, s)}" for t, v, s in zip(others["table"], others["published"], others["published_std"]))
+        card.at[first, "also_published_row"] = ";".join(str(r) for r in others["published_row"])
+        card.at[first, "notes"] = "; ".join(filter(None, [card.at[first, "notes"], *(
+            f"{t}: {n}" for t, n in zip(others["table"], others["notes"]) if n)]))
+        card.at[first, "note"] = "; ".join(filter(None, [card.at[first, "note"], (
+            f"the paper prints this cell differently in {', '.join(others['table'])}: scored against {card.at[first, 'table']}")]))
+        dropped += list(others.index)
+    return card.drop(index=dropped).reset_index(drop=True)
 
 
 STATISTIC_LABELS = {STD_ERROR: "± SE", "std": "± SD"}
@@ -213,7 +258,9 @@ def to_markdown(card: pd.DataFrame) -> str:
             "setting": group["setting"],
             "metric": [f"{split} {METRIC_LABELS.get(metric, metric)}" for metric, split in zip(group["metric"], group["split"])],
             "±": [STATISTIC_LABELS[s] for s in group["statistic"]],
-            "published": [_number(v, s) for v, s in zip(group["published"], group["published_std"])],
+            "published": [" / ".join(filter(None, [_number(v, s), str(also) if also else ""]))
+                          for v, s, also in zip(group["published"], group["published_std"],
+                                                group.get("also_published", pd.Series("", index=group.index)).fillna(""))],
             "reproduced": [_reproduced(v, s, n, d) for v, s, n, d in
                            zip(group["reproduced"], group["reproduced_spread"], group["seeds"], group["diverged"])],
             "difference": [f"{d:+.2f}" if pd.notna(d) else "" for d in group["difference"]],

@@ -248,7 +248,7 @@ def embed_clients(
     for lo in range(0, n, size):
         pos = by_steps[lo : lo + size]
         chunk = clients[pos.to(device)]
-        params = _finetune_chunk(model, data, chunk, BatchPlan(plan.order[pos], plan.counts[pos], batch_size), lr, optimizer)
+        params = _finetune_chunk(model, data, chunk, BatchPlan(plan.order[pos], plan.counts[pos], plan.batch_size), lr, optimizer)
         for p, emb in zip(pos.tolist(), _encode_stacked(model, params, data, chunk)):
             out[p] = emb
     return out

@@ -13,7 +13,7 @@ from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.evaluate import evaluate_clients, evaluate_pooled
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
-from fedbench.engine.memory import MemoryBudgetError, evaluation_bytes_per_row
+from fedbench.engine.memory import MemoryBudgetError, evaluation_bytes_per_row, training_bytes_per_client
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
 from fedbench.protocols import PROTOCOLS
@@ -116,7 +116,10 @@ def test_budget_too_small_for_one_client_says_what_one_needs():
     model = conv_net()
     trainer = VectorisedTrainer(model, data, memory_mb=0.001)
     plan = make_batch_plan(data.train.counts, 1, 10, torch.Generator().manual_seed(0))
-    with pytest.raises(MemoryBudgetError, match=r"memory budget of 0 MB is too small for one client's training: one client needs \d+ MB"):
+    # the real numbers, not rounded to "0 MB": 0.001 MB given (1,048 bytes); two weight copies + a batch's activations
+    need = training_bytes_per_client(model, (1, 8, 8), 10, 2)
+    assert 0.01 * 2**20 < need < 10 * 2**20
+    with pytest.raises(MemoryBudgetError, match=rf"memory budget of 0.000999 MB is too small for one client's training: one client needs {need / 2**20:.3g} MB"):
         trainer.train(broadcast(model_weights(model), 2), torch.arange(2), plan, LocalSGD(epochs=1, batch_size=10, lr=0.1))
     with pytest.raises(MemoryBudgetError, match="one client's evaluation"):
         evaluate_clients(model, broadcast(model_weights(model), 2), data, data.test, torch.arange(2), memory_mb=0.001)

@@ -2,7 +2,9 @@
 
 Client c with n_c training samples runs E epochs; each epoch is a fresh random
 permutation cut into ceil(n_c / B) batches, the last one possibly short
-(``DataLoader(shuffle=True, drop_last=False)`` semantics).
+(``DataLoader(shuffle=True, drop_last=False)`` semantics).  A ``batch_size`` larger than every
+client's data is a full batch: the plan's batch is :func:`effective_batch`, so memory estimates,
+step counts and BatchNorm sub-steps all see the batch a client can actually form.
 """
 
 from __future__ import annotations
@@ -37,12 +39,20 @@ class BatchPlan:
         return out
 
 
+def effective_batch(batch_size: int, counts) -> int:
+    """min(batch_size, the largest client's samples), at least 1: the largest batch any of the
+    clients with ``counts`` samples can form (``DataLoader`` gives a client with fewer samples
+    than the batch one batch of all of them)."""
+    largest = max((int(c) for c in counts), default=0)
+    return max(1, min(int(batch_size), largest))
+
+
 def make_batch_plan(counts: torch.Tensor, epochs: int, batch_size: int, generator: torch.Generator) -> BatchPlan:
     """Draw independent per-client, per-epoch permutations from ``generator`` (on the CPU, so
-    the plan is the same whatever device trains)."""
+    the plan is the same whatever device trains); the plan's batch is :func:`effective_batch`."""
     counts = counts.cpu()
     n_max = max(int(counts.max()) if len(counts) else 0, 1)
     keys = torch.rand(len(counts), epochs, n_max, generator=generator, dtype=torch.float64)
     keys.masked_fill_(torch.arange(n_max) >= counts[:, None, None], 2.0)  # padding sorts last
     order = torch.argsort(keys, dim=2, stable=True)
-    return BatchPlan(order=order, counts=counts, batch_size=batch_size)
+    return BatchPlan(order=order, counts=counts, batch_size=effective_batch(batch_size, counts.tolist()))

@@ -28,6 +28,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.fused_mlp import linear_stack, linear_stack_forward
+from fedbench.engine.batches import effective_batch
 from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.weights import Weights
 
@@ -61,7 +62,8 @@ class MinibatchGradients:
         """``steps`` minibatches of every client in ``clients`` (rows uniform with replacement from
         its own split), gathered at once: ``batches[s]`` is step s's ``(x [C, B, ...], y [C, B])``."""
         counts = self._counts[clients.cpu()]
-        u = torch.rand(steps, len(counts), self.batch_size, generator=generator, dtype=torch.float64)
+        batch = effective_batch(self.batch_size, counts.tolist())  # rows drawn per step: at most a client's data
+        u = torch.rand(steps, len(counts), batch, generator=generator, dtype=torch.float64)
         positions = (u * counts.clamp_min(1)[None, :, None]).long().to(self.split.index.device)
         index = self.split.index[clients]  # [C, n_max]
         rows = torch.gather(index.unsqueeze(0).expand(steps, *index.shape), 2, positions)

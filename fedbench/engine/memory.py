@@ -82,7 +82,13 @@ def clients_per_pass(per_client: int, budget: int, wanted: int, what: str) -> in
     fit = budget // max(per_client, 1)
     if fit < 1:
         raise MemoryBudgetError(
-            f"memory budget of {budget / MB:.0f} MB is too small for one client's {what}: one client needs "
-            f"{per_client / MB:.0f} MB; raise training.memory_mb (or lower batch_size)"
+            f"memory budget of {format_mb(budget)} is too small for one client's {what}: one client needs "
+            f"{format_mb(per_client)}; raise training.memory_mb (or lower batch_size)"
         )
     return max(1, min(wanted, fit))
+
+
+def format_mb(nbytes: float) -> str:
+    """``nbytes`` in MB, never rounded to 0: "2,029,419 MB", "12 MB", "0.0488 MB"."""
+    mb = nbytes / MB
+    return f"{mb:,.0f} MB" if mb >= 10 else f"{mb:.3g} MB"

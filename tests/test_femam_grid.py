@@ -39,10 +39,14 @@ def test_every_published_femam_number_is_linked_once_per_metric():
     assert len(femam) == 382
     assert set(linked.index) == set(femam.index)
     card = scorecard(config, [], published)  # raises if a link matches no published number, or several
-    # every metric of a linked row is scored (accuracy and macro-F1): all 382 numbers, each once; the
-    # two Tiny ImageNet client-wise cells Table 1 prints differently from Table C.3 share a row
+    # every metric of a linked row is scored (accuracy and macro-F1): all 382 numbers, each once but
+    # the "IID" column (2 x 10 methods x 2 metrics), scored on both of its partitions (paper IID and
+    # Dirichlet(10)); the two Tiny ImageNet client-wise cells Table 1 prints differently from Table
+    # C.3 share a row
     also = {int(r) for r in card["also_published_row"] if r}
-    assert len(card) == 380 and len(also) == 2 and card["published"].notna().all()
+    assert len(card) == 382 + 40 - 2 and len(also) == 2 and card["published"].notna().all()
+    iid = card[card["partition"] == "iid"]
+    assert len(iid) == 80 and set(iid["config_partition"]) == {"femam_iid_cifar", "femam_dir10_cifar", "femam_iid_tiny", "femam_dir10_tiny"}
     assert set(card["published_row"]) | also == set(femam.index)
 
 
@@ -50,9 +54,9 @@ def test_cells_of_the_grid():
     config = femam_config()
     check_config(config)
     cells = expand_cells(config)
-    # 14 dataset x partition experiments x 11 algorithms (10 of the paper + the code's FeMAM),
-    # + 4 Table 2 ablations, x 4 seeds (the paper's 4 runs)
-    assert len(cells) == (14 * 11 + 4) * 4
+    # 14 dataset x partition experiments (the two "IID" ones on two partitions: 16 cells) x 11
+    # algorithms (10 of the paper + the code's FeMAM), + 4 Table 2 ablations, x 4 seeds (the paper's 4 runs)
+    assert len(cells) == (16 * 11 + 4) * 4
     assert {c.algorithm for c in cells if c.partition == "femam_ml3.6.11" and c.dataset == "cifar100"} >= {
         "femam_no1", "femam_no5", "femam_no34", "femam_no234"}
 
@@ -64,7 +68,7 @@ def test_femam_paper_grid_plans_cleanly(tmp_path):
     configfile = tmp_path / "femam.yaml"
     configfile.write_text(yaml.safe_dump(femam_config(), sort_keys=False))
     jobs = planned_jobs(snakemake(tmp_path, "-n", configfile=configfile).stdout)
-    assert jobs["train_cell"] == (14 * 11 + 4) * 4 and jobs["partition"] == 14 * 4 and jobs["scorecard"] == 1
+    assert jobs["train_cell"] == (16 * 11 + 4) * 4 and jobs["partition"] == 16 * 4 and jobs["scorecard"] == 1
 
 
 def _bad(config: dict, change) -> str:

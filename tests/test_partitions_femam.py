@@ -16,7 +16,7 @@ from fedbench.data.partitions_femam import (
     table_c1_classes,
 )
 
-TRAIN, TEST = 60, 10  # per class: 6 val (10%) + 54 train >= 50 holders, so every holder gets >= 1 train sample
+TRAIN, TEST = 60, 10  # per class: 5 val (half the test set) + 55 train >= 50 holders: every holder gets >= 1 train sample
 
 # Table C.1 (paper), typed in by hand: structure -> classes per cluster per level, top->bottom
 TABLE_C1 = {(2, 5, 9): [19, 7, 3], (3, 6, 11): [14, 6, 2], (4, 13, 21): [20, 6, 2], (9, 15, 22): [9, 5, 2]}
@@ -95,8 +95,9 @@ def test_cluster_wise_invariants(cifar_like, cluster_sizes, c):
         assert all(labels[i] == labels[members[0]] for i in members)
         assert len(labels[members[0]]) <= c  # c draws; the cluster straddling a refill may repeat some
     assert set().union(*labels) == set(range(100))  # every class used
-    # sizes: 10% of each class's official training set to validation, the official test set cut alike
-    assert sum(map(len, part.val)) == 100 * 6 and sum(map(len, part.train)) == 100 * 54
+    # sizes: half as many validation samples per class as it has test samples (paper, App. C.1), taken
+    # from its official training set; the official test set cut alike
+    assert sum(map(len, part.val)) == 100 * 5 and sum(map(len, part.train)) == 100 * 55
     assert sum(map(len, part.test)) == 100 * TEST
 
 
@@ -112,8 +113,8 @@ def test_same_dirichlet_proportions_for_train_val_test():
     """One class, one draw p: counts of each split follow round(n * p) with the code's fix-ups."""
     ds = make_dataset(5, train=1000, test=500)
     part = partition_dataset(ds, {"kind": "femam_cluster", "classes_per_cluster": 5, "num_clusters": 1, "num_clients": 4}, 3)
-    train = np.array([len(t) for t in part.train]) / 900
-    val = np.array([len(v) for v in part.val]) / 100
+    train = np.array([len(t) for t in part.train]) / 750  # 1000 - 250 validation (half the 500 test samples)
+    val = np.array([len(v) for v in part.val]) / 250
     test = np.array([len(t) for t in part.test]) / 500
     assert np.abs(train - test).max() < 0.02 and np.abs(train - val).max() < 0.05
 

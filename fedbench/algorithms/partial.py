@@ -13,19 +13,21 @@ from torch import nn
 
 from fedbench.algorithms.base import Federation
 from fedbench.engine.batches import make_batch_plan
+from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import Weights
 from fedbench.models.frozen import freeze_parameters, frozen_copy  # noqa: F401  (re-exported)
 
 
-def trainer_for(fed: Federation, module: nn.Module):
-    """A trainer of ``fed``'s kind for ``module`` (the hand-written Linear/ReLU step is switched
-    off: it would take a frozen Linear for a trainable one)."""
+def trainer_for(fed: Federation, module: nn.Module, data: FederatedData | None = None):
+    """A trainer of ``fed``'s kind for ``module`` on ``data`` (default ``fed.data``; the hand-written
+    Linear/ReLU step is switched off: it would take a frozen Linear for a trainable one)."""
+    data = fed.data if data is None else data
     if isinstance(fed.trainer, VectorisedTrainer):
         trainer = fed.trainer
-        return VectorisedTrainer(module, fed.data, chunk_size=trainer.chunk_size, fused_mlp=False, memory_mb=trainer.memory_mb)
-    return type(fed.trainer)(module, fed.data)
+        return VectorisedTrainer(module, data, chunk_size=trainer.chunk_size, fused_mlp=False, memory_mb=trainer.memory_mb)
+    return type(fed.trainer)(module, data)
 
 
 def train_module(

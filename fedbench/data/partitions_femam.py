@@ -4,8 +4,12 @@ FeMAM (000, §5.1 and App. C.1 "Data partition Settings"; released code ``loadda
 ``docs/original_code_notes.md`` §1.2 (b)/(c) and §1.7).  Both schemes fix the test sets themselves
 and return a complete :class:`Partition`:
 
-1. the official training set of every class is split into validation (``val_ratio`` of the
-   class, code ``train2trainval``) and training samples; the official test set is the test set;
+1. the official training set of every class is split into validation and training samples; the
+   official test set is the test set.  ``val_ratio: half_test`` (default, the paper, App. C.1: the
+   validation set "is set to have the half number of samples as the test set", 45k/5k/10k on
+   CIFAR-100, 95k/5k/10k on Tiny ImageNet) takes half as many validation samples per class as the
+   class has test samples; a number is the code's fraction of the class's training samples
+   (``train2trainval``: 0.1, the same 45k/5k/10k on CIFAR-100 but 90k/10k/10k on Tiny ImageNet);
 2. every class is held by a set of clients (those whose clusters contain it);
 3. per class, one draw ``p ~ Dir(concentration * 1)`` over its holders (in client-id order) cuts
    the class's train, validation *and* test samples alike (the code seeds the draw with the
@@ -38,6 +42,8 @@ from fedbench.data.sources import ArrayDataset
 STRUCTURE_TABLE = Path(__file__).resolve().parents[2] / "config" / "femam_multilevel_structure.csv"
 
 CLUSTER_SIZES = ("even", "code")
+HALF_TEST = "half_test"
+VAL_RATIO = ["[0, 1)", (HALF_TEST,)]  # registered bounds: a fraction (code) or the paper's rule
 
 
 # --- helpers shared by both schemes ---------------------------------------------------------------
@@ -78,10 +84,10 @@ def dirichlet_counts(n: int, p: np.ndarray) -> np.ndarray:
 
 
 def class_splits(dataset: ArrayDataset, pool: np.ndarray, k: int, rng: np.random.Generator,
-                 val_ratio: float, test_ratio: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 val_ratio: float | str, test_ratio: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Shuffled train, validation and test samples of class ``k``: validation = the first
-    ``int(val_ratio * n)`` of the class's official training samples (code ``train2trainval``),
-    test = its official test samples.  Without an official split, ``test_ratio`` of the class is
+    ``len(test) // 2`` (``val_ratio: half_test``, paper App. C.1) or ``int(val_ratio * n)`` (code
+    ``train2trainval``) of the class's official training samples, test = its official test samples.  Without an official split, ``test_ratio`` of the class is
     held out as test first (our addition, for datasets such as digits)."""
     members = pool[dataset.y[pool] == k]
     if dataset.test_mask is not None:
@@ -91,7 +97,7 @@ def class_splits(dataset: ArrayDataset, pool: np.ndarray, k: int, rng: np.random
         shuffled = rng.permutation(members)
         cut = round(test_ratio * len(shuffled))
         test, official_train = shuffled[:cut], shuffled[cut:]
-    n_val = int(val_ratio * len(official_train))
+    n_val = len(test) // 2 if val_ratio == HALF_TEST else int(val_ratio * len(official_train))
     return official_train[n_val:], official_train[:n_val], test
 
 
@@ -114,7 +120,7 @@ def class_subsample(dataset: ArrayDataset, pool: np.ndarray, fraction: float, rn
 
 
 def deal_classes(dataset: ArrayDataset, pool: np.ndarray, holders: dict[int, np.ndarray], num_clients: int,
-                 rng: np.random.Generator, concentration: float, val_ratio: float, test_ratio: float) -> Partition:
+                 rng: np.random.Generator, concentration: float, val_ratio: float | str, test_ratio: float) -> Partition:
     """Cut every held class among its holders (notes §1.2 (b) ``produce_client_by_data``): one
     ``p ~ Dir(concentration)`` per class, applied to its train, val and test splits; contiguous slices
     of each shuffled split go to the holders in client-id order.  Classes nobody holds are unused."""
@@ -141,12 +147,14 @@ def holders_of(client_classes: list[np.ndarray]) -> dict[int, np.ndarray]:
     return {k: np.array(v) for k, v in holders.items()}
 
 
-def check_common(concentration: float, val_ratio: float, test_ratio: float) -> None:
+def check_common(concentration: float, val_ratio: float | str, test_ratio: float) -> None:
     """Reject parameters no split can honour."""
     if concentration <= 0:
         raise ValueError(f"concentration must be > 0, got {concentration}")
-    if not 0 <= val_ratio < 1 or not 0 < test_ratio < 1:
-        raise ValueError(f"val_ratio must be in [0, 1) and test_ratio in (0, 1), got {val_ratio}, {test_ratio}")
+    if val_ratio != HALF_TEST and (isinstance(val_ratio, str) or not 0 <= val_ratio < 1):
+        raise ValueError(f"val_ratio must be {HALF_TEST!r} (the paper) or a fraction in [0, 1) (the code: 0.1), got {val_ratio!r}")
+    if not 0 < test_ratio < 1:
+        raise ValueError(f"test_ratio must be in (0, 1), got {test_ratio}")
 
 
 # --- cluster-wise (c, K) ----------------------------------------------------------------------------
@@ -161,7 +169,7 @@ def refilling_picker(num_classes: int, total: int, rng: np.random.Generator) -> 
 
 @PARTITIONERS.register("femam_cluster", bounds={
     "classes_per_cluster": ">= 1", "num_clusters": ">= 1", "num_clients": ">= 1", "cluster_sizes": CLUSTER_SIZES,
-    "concentration": "> 0", "val_ratio": "[0, 1)", "test_ratio": "(0, 1)",
+    "concentration": "> 0", "val_ratio": VAL_RATIO, "test_ratio": "(0, 1)",
 }, feasible=lambda p, d: None if 1 <= p["classes_per_cluster"] <= d.num_classes <= p["classes_per_cluster"] * p["num_clusters"] else (
     f"needs 1 <= classes_per_cluster <= {d.num_classes} (the dataset's classes) and classes_per_cluster x num_clusters "
     f">= {d.num_classes}, got ({p['classes_per_cluster']}, {p['num_clusters']})"
@@ -176,7 +184,7 @@ def partition_femam_cluster(
     num_clients: int = 50,
     cluster_sizes: str = "even",
     concentration: float = 10.0,
-    val_ratio: float = 0.1,
+    val_ratio: float | str = HALF_TEST,
     test_ratio: float = 1 / 6,
     sample_fraction: float = 1.0,
 ) -> Partition:
@@ -277,7 +285,7 @@ def multilevel_tree(structure: list[int], num_clients: int, min_clients: int, cl
 
 @PARTITIONERS.register("femam_multilevel", bounds={
     "structure": ">= 1", "classes_per_cluster": ">= 1", "num_clients": ">= 1", "min_clients": ">= 1",
-    "cluster_sizes": CLUSTER_SIZES, "concentration": "> 0", "val_ratio": "[0, 1)", "test_ratio": "(0, 1)",
+    "cluster_sizes": CLUSTER_SIZES, "concentration": "> 0", "val_ratio": VAL_RATIO, "test_ratio": "(0, 1)",
 })
 def partition_femam_multilevel(
     dataset: ArrayDataset,
@@ -290,7 +298,7 @@ def partition_femam_multilevel(
     min_clients: int = 2,
     cluster_sizes: str = "even",
     concentration: float = 10.0,
-    val_ratio: float = 0.1,
+    val_ratio: float | str = HALF_TEST,
     test_ratio: float = 1 / 6,
     sample_fraction: float = 1.0,
 ) -> Partition:

@@ -350,9 +350,11 @@ def test_pruning_drops_exactly_the_clients_whose_validation_loss_did_not_improve
 
 def run_planted(rounds, structure=("global", "cluster", "personal"), **params):
     """FeMAM on the planted federation: the first level converges at round 3 (init_rounds 3,
-    window 2, threshold huge), the next one 2 rounds after it was added."""
+    window 2, threshold huge), the next one 2 rounds after it was added.  New levels start from one
+    shared random model in one group (``new_level: random_shared``; the paper's K random models and
+    random mapping are tested in test_femam_fidelity.py)."""
     fed = planted_federation()
-    options = dict(num_clusters=2, init_rounds=3, window=2, threshold=1e9) | params
+    options = dict(num_clusters=2, init_rounds=3, window=2, threshold=1e9, new_level="random_shared") | params
     alg, state = run("femam", fed, rounds, structure=list(structure), **options)
     return fed, alg, state
 
@@ -421,8 +423,8 @@ def test_levels_are_added_when_the_validation_accuracy_variance_falls_below_the_
 
 
 def test_a_new_level_starts_from_one_random_model_or_the_codes_copy_of_level_one():
-    """FeMAM Algorithm 2 line 2: the added level's models are randomly initialised, every client
-    starting it from the same model; the code's ``new_level: global_copy`` (notes §1.4, §1.7.5) starts it from
+    """``new_level: random_shared`` (fedbench's reading of Algorithm 2 line 2 before issue 24): the added
+    level is randomly initialised, every client starting it from the same model; the code's ``new_level: global_copy`` (notes §1.4, §1.7.5) starts it from
     a copy of level 1 instead, and changes nothing before."""
     fed, _, paper = run_planted(3)
     _, _, code = run_planted(3, new_level="global_copy")
@@ -449,7 +451,7 @@ def test_window_pruning_in_a_run_follows_its_window_by_hand():
     for window in (1, 3):
         fed = make_federation(data_with_val(), mlp(1), LocalSGD(epochs=1, batch_size=8, lr=0.1), seed=1)
         alg, state = run("femam", fed, 4 + window, structure=["global", "personal"], init_rounds=4, window=window,
-                         threshold=1e9, pruning="window")
+                         threshold=1e9, pruning="window", new_level="random_shared")
         assert state["added"] == [0, 4] and state["complete"]
         losses, levels = np.stack(state["val_log"]), np.array(state["val_level"])
         keep = by_hand_window_keep(losses, levels, window)
@@ -536,7 +538,7 @@ def test_a_cluster_level_groups_its_trained_models_then_joins_each_to_the_neares
     monkeypatch.setattr(femam_module, "kmeans_groups", recording)
     fed = deep_planted_federation()
     alg = ALGORITHMS["femam"](structure=["cluster", "cluster"], num_clusters=2, init_rounds=2, window=2,
-                              threshold=1e9, cluster_features=kind)
+                              threshold=1e9, cluster_features=kind, new_level="random_shared")
     state = alg.init(fed, model_weights(fed.model))
     centres_by_hand = None
     for t in (1, 2):
@@ -666,8 +668,8 @@ def test_the_proximal_term_on_every_level_under_the_codes_prox_levels_all():
 
 
 def test_an_added_levels_random_model_is_drawn_from_the_runs_seed():
-    """FeMAM Algorithm 2 line 2: an added level starts from a fresh random model, one for all clients,
-    drawn from the run's seed: runs with other seeds start it from other models."""
+    """FeMAM Algorithm 2 line 2: an added level starts from fresh random models (the personal level:
+    one per client) drawn from the run's seed: runs with other seeds start it from other models."""
     starts = []
     for seed in (0, 1):
         fed = federation(seed=seed)
@@ -877,6 +879,36 @@ def test_partial_trainers_are_of_the_federations_kind():
     for part in ("global", "heads"):
         for k, v in vectorised[part].items():
             torch.testing.assert_close(by_reference[part][k], v, atol=1e-5, rtol=1e-5)
+
+
+def test_partial_training_anchors_the_proximal_term_at_the_given_centre():
+    """``partial.train_module`` (FeMAM's level training, Eq. 5 / B.4: lam/2 ||theta - Theta_C(i)||^2): the
+    proximal term is anchored at the ``center`` it is given, which need not be the starting point.  One
+    full-batch GD step from w0 with the centre w0 + 1 (mu = 0.5), checked per client by plain autograd."""
+    from fedbench.algorithms.partial import train_module
+    from fedbench.engine.weights import broadcast, rows
+
+    fed = federation(full_batch())
+    clients = torch.tensor([0, 3])
+    start = broadcast(model_weights(fed.model), len(clients))
+    center = {k: v + 1.0 for k, v in start.items()}
+    trained, _ = train_module(fed, trainer_for(fed, fed.model), start, clients, fed.with_local(prox_mu=0.5), center=center)
+    for j, i in enumerate(clients.tolist()):
+        x, y = client_rows(fed, i)
+        expected = gd_by_hand(fed.model, row(start, j), x, y, 1, 0.2, mu=0.5, center=row(center, j))
+        assert_rows(trained, expected, [j])
+
+
+def test_a_cluster_level_where_kmeans_finds_fewer_groups_than_k():
+    """A cluster level (Eq. 4 / B.3 grouping, Eq. 7 averaging) whose clients' trained models are all the
+    same (lr 0: nothing moves) has one distinct point for K = 2 groups: the round goes on with every client
+    in one group, and each client's level model is the group's average, i.e. the unchanged initial model."""
+    fed = federation(LocalSGD(epochs=1, batch_size=64, lr=0.0))
+    w0 = model_weights(fed.model)
+    algorithm, state = run("femam", fed, 1, structure=["cluster"], num_clusters=2, init_rounds=100)
+    assert len(set(state["groups"][0].tolist())) == 1
+    for k, v in w0.items():
+        torch.testing.assert_close(state["levels"][0][k], v.expand(len(SIZES), *v.shape))
 
 
 # ---- protocol and bad input ------------------------------------------------------------------------

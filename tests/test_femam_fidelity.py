@@ -160,3 +160,159 @@ def test_local_on_validation_rows_needs_them_and_is_femams_grid_setting():
     with pytest.raises(ValueError, match="train_on must be one of train, train_val"):
         ALGORITHMS["local"](train_on="val")
     assert GRID["algorithms"]["local"] == {"method": "local", "train_on": "train_val"}
+
+
+# ---- items 5-7: FeMAM's new levels, training after the last level, the row of a level addition ---
+
+import fedbench.algorithms.femam as femam_module  # noqa: E402
+from fedbench.engine.evaluate import evaluate_clients  # noqa: E402
+from fedbench.models.additive import additive_weights  # noqa: E402
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+
+
+def femam_federation(seed=0, sizes=(6, 4, 5, 6, 4, 5)):
+    """Six clients, each with 2 validation and 2 test rows; one full-batch GD step per round."""
+    return make_federation(data_with_val(sizes), mlp(), LocalSGD(epochs=1, batch_size=64, lr=0.2), seed=seed)
+
+
+def level_rows(level: dict, i: int) -> dict:
+    return {k: v[i] for k, v in level.items()}
+
+
+def same(a: dict, b: dict) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def flat(weights: dict, names) -> torch.Tensor:
+    return torch.cat([weights[n].flatten().double() for n in names])
+
+
+def test_a_new_cluster_level_starts_from_k_random_models_and_a_random_mapping(monkeypatch):
+    """Alg. 2 line 2: "Randomly initialize models Theta_{1:K} and mapping function C" at the new level;
+    line 5 / Eq. B.1a: each client starts from Theta_{C(i)}; line 11 / Eq. B.3: after training, each
+    client joins the nearest Theta_k, the K random models being the first centres.  Six clients,
+    K = 2: the added level holds exactly 2 distinct models, neither the first level's nor the run's
+    initial model, 3 clients each (dealt evenly, in random order), each client's row its group's
+    model; the first grouping is argmin_k ||theta_i - Theta_k||^2 against those 2 models, by hand;
+    the personal level then starts from 6 distinct random models, one group per client."""
+    calls = []
+    real = femam_module.kmeans_groups
+
+    def recording(features, k, *, fit, seed, centres=None):
+        calls.append((features, centres))
+        return real(features, k, fit=fit, seed=seed, centres=centres)
+
+    monkeypatch.setattr(femam_module, "kmeans_groups", recording)
+    fed = femam_federation()
+    initial = model_weights(fed.model)
+    alg = ALGORITHMS["femam"](structure=["global", "cluster", "personal"], num_clusters=2, init_rounds=1, window=1,
+                              threshold=1e9, epsilon=-1e9)  # epsilon: nobody drops a level (Eq. 9)
+    state, _ = alg.round(fed, alg.init(fed, initial), 1)  # level 1 converges: level 2 added
+    level, groups, centres = state["levels"][1], state["groups"][1], state["centres"]
+    assert sorted(groups.tolist()) == [0, 0, 0, 1, 1, 1]
+    models = [level_rows(centres, k) for k in (0, 1)]
+    assert not same(models[0], models[1])
+    for model in models:
+        assert not same(model, initial) and not same(model, level_rows(state["levels"][0], 0))
+    for i in range(6):
+        assert same(level_rows(level, i), models[groups[i]])
+    names = [n for n, _ in fed.model.named_parameters()]
+    start_centres = torch.stack([flat(m, names) for m in models])
+    state, _ = alg.round(fed, state, 2)  # the level's first round: B.3 against the random centres
+    features, given = calls[-1]
+    torch.testing.assert_close(torch.from_numpy(given), start_centres)
+    by_hand = torch.cdist(torch.from_numpy(features), start_centres).argmin(1).tolist()
+    assert state["groups"][1].tolist() == by_hand
+    # the cluster level converged (window 1): the personal level, one random model per client
+    personal = state["levels"][2]
+    rows_ = [level_rows(personal, i) for i in range(6)]
+    assert all(not same(rows_[i], rows_[j]) for i in range(6) for j in range(i))
+    assert state["groups"][2].tolist() == list(range(6))
+    mappings = set()
+    for seed in range(4):  # the mapping is drawn from the run's seed
+        fed = femam_federation(seed=seed)
+        s, _ = alg.round(fed, alg.init(fed, model_weights(fed.model)), 1)
+        mappings.add(tuple(s["groups"][1].tolist()))
+    assert len(mappings) > 1
+
+
+def test_the_other_new_level_readings_stay_options():
+    """``random_shared`` (fedbench before issue 24): one random model for every client, one group;
+    ``global_copy`` (the code, notes §1.4): a copy of level 1."""
+    for new_level in ("random_shared", "global_copy"):
+        fed = femam_federation()
+        alg = ALGORITHMS["femam"](structure=["global", "cluster"], num_clusters=2, init_rounds=1, window=1,
+                                  threshold=1e9, new_level=new_level)
+        state, _ = alg.round(fed, alg.init(fed, model_weights(fed.model)), 1)
+        first = level_rows(state["levels"][1], 0)
+        assert all(same(level_rows(state["levels"][1], i), first) for i in range(6))
+        assert state["groups"][1].tolist() == [0] * 6 and state["centres"] is None
+        assert same(first, level_rows(state["levels"][0], 0)) == (new_level == "global_copy")
+    with pytest.raises(ValueError, match="new_level must be one of random_groups, random_shared, global_copy"):
+        ALGORITHMS["femam"](new_level="random")
+
+
+def additive_step_by_hand(fed, levels, i, lr=0.2):
+    """One full-batch GD step on the newest level of client i: CE(sum of its levels' outputs, y),
+    the earlier levels fixed (Eqs. 2, 8, B.5; the personal level has no proximal term)."""
+    model = fed.model
+    rows = fed.data.train.index[i, : int(fed.data.train.counts[i])]
+    x, y = fed.data.x[rows], fed.data.y[rows]
+    fixed = sum(torch.func.functional_call(model, level_rows(level, i), (x,)) for level in levels[:-1]).detach()
+    newest = {k: v.clone().requires_grad_(True) for k, v in level_rows(levels[-1], i).items()}
+    loss = F.cross_entropy(fixed + torch.func.functional_call(model, newest, (x,)), y)
+    grads = torch.autograd.grad(loss, list(newest.values()))
+    return {k: (v - lr * g).detach() for (k, v), g in zip(newest.items(), grads)}
+
+
+@pytest.mark.parametrize("final_training", ["holders", "everyone"])
+def test_after_the_last_level_pruned_clients_train_only_under_the_codes_reading(final_training):
+    """Structure [global, personal]; epsilon = 100 makes Eq. 9 drop the personal level for every client
+    when it converges (round 2), which completes the structure.  Round 3: ``holders`` (Alg. 2 line 16:
+    the level is adjusted to its remaining clients, none) trains nobody; ``everyone`` (the code's server
+    re-groups all clients at the latest level every round) trains every client's personal model one GD
+    step on its additive prediction, by hand, and every client holds the level again."""
+    fed = femam_federation()
+    alg = ALGORITHMS["femam"](structure=["global", "personal"], init_rounds=1, window=1, threshold=1e9, epsilon=100.0,
+                              final_training=final_training)
+    state = alg.init(fed, model_weights(fed.model))
+    for t in (1, 2):
+        state, _ = alg.round(fed, state, t)
+    assert state["complete"] and not state["kept"][:, 1].any() and state["pruned"][1] == list(range(6))
+    before = [{k: v.clone() for k, v in level.items()} for level in state["levels"]]
+    state, _ = alg.round(fed, state, 3)
+    for i in range(6):
+        if final_training == "holders":
+            assert same(level_rows(state["levels"][1], i), level_rows(before[1], i))
+        else:
+            expected = additive_step_by_hand(fed, before, i)
+            for k, v in expected.items():
+                torch.testing.assert_close(state["levels"][1][k][i], v, atol=1e-5, rtol=1e-5)
+    assert state["kept"][:, 1].all() == (final_training == "everyone")
+    assert state["groups"][1].tolist() == (list(range(6)) if final_training == "everyone" else [-1] * 6)
+
+
+def test_the_round_a_level_is_added_is_scored_before_the_addition():
+    """The round whose convergence test adds a level is scored on the state that test validated (the
+    code records before adding): after round 1 (level 2 added), ``client_models`` is the first level
+    alone, on a one-level module, and its mean validation loss is the one the test recorded; from
+    round 2 on both levels are scored."""
+    fed = femam_federation()
+    alg = ALGORITHMS["femam"](structure=["global", "personal"], init_rounds=1, window=1, threshold=1e9)
+    state, _ = alg.round(fed, alg.init(fed, model_weights(fed.model)), 1)
+    assert len(state["levels"]) == 2 and state["added"] == [0, 1]
+    models, module = alg.client_models(fed, state, 1), alg.scoring_model(fed, state)
+    expected = additive_weights([state["levels"][0]], torch.ones(6, 1))
+    assert set(models) == set(expected) and all(torch.equal(models[k], expected[k]) for k in expected)
+    everyone = torch.arange(6)
+    val = evaluate_clients(module, models, fed.data, fed.data.val, everyone)
+    assert float(val.loss.mean()) == pytest.approx(state["trace"][-1][2], rel=1e-6)
+    assert alg.clusters(fed, state) is None
+    state, _ = alg.round(fed, state, 2)
+    models = alg.client_models(fed, state, 2)
+    assert set(models) == set(additive_weights(state["levels"], torch.ones(6, 2)))
+    assert len(module.levels) == 1 and len(alg.scoring_model(fed, state).levels) == 2

@@ -17,15 +17,32 @@ levels.  When the convergence test fires (:func:`~fedbench.algorithms.femam_rule
 client drops the newest level if it did not lower its validation loss (Eq. 9, ``epsilon``; the
 first level is never pruned), and the next level of ``structure`` is added; after the last level
 has converged and been pruned the structure is final and its level keeps training (as the code
-does until its last epoch).  Model selection (minimum mean validation loss) is the ``femam``
-evaluation protocol's job.  Every client takes part in every round (as the paper and code).
+does until its last epoch): by the clients that kept it (``final_training: holders``, Alg. 2 line
+16: the level's models and mapping are adjusted to the remaining clients) or by every client,
+re-grouped every round so that pruned clients rejoin (``everyone``, the code: ``aggregate_id``
+re-clusters all clients at the latest level).  Model selection (minimum mean validation loss) is
+the ``femam`` evaluation protocol's job.  Every client takes part in every round (as the paper and
+code).
+
+A new level (Alg. 2 line 2, "Randomly initialize models Theta_{1:K_L'} and mapping function C_L'"):
+``new_level: random_groups`` (default) draws K_L' random models (1 for a global level,
+``num_clusters`` for a cluster level, one per client for the personal level) and a random mapping
+(a cluster level's clients dealt evenly over its K models in random order), each client starting
+from its group's model (Eq. B.1a), the K models the first centres of Eq. B.3; ``random_shared``
+(fedbench before issue 24) gives every client one shared random model in one group, k-means
+forming the groups after the first round; ``global_copy`` (the code) copies the level-1 model.
+
+The round in which a level is added is scored (``client_models``, ``clusters``) on the state the
+convergence test validated, before pruning and the new level (the code tests before adding); the
+new level counts from the next round on.
 
 The released code's choices (notes §1.7) are named options, the paper's reading the default:
 ``combine`` ("sum" / code "mean" of the logits), ``convergence`` ("accuracy_variance" / code
-"loss_std" from ``init_rounds``), ``new_level`` ("random" / code "global_copy"),
+"loss_std" from ``init_rounds``), ``new_level`` ("random_groups" / code "global_copy"; "random_shared"),
 ``cluster_features`` ("parameters" / code "last_layer") with ``cluster_fit`` ("sem" / code
 "refit"), ``prox_levels`` ("cluster" / code "all", with lam = 0.02 for the code's 0.01 ||.||^2),
-``pruning`` ("eq9" / code "window"), ``pruned_level`` ("leaves" the prediction / code "stays").
+``pruning`` ("eq9" / code "window"), ``pruned_level`` ("leaves" the prediction / code "stays"),
+``final_training`` ("holders" / code "everyone").
 """
 
 from __future__ import annotations
@@ -47,7 +64,8 @@ from fedbench.engine.weights import Weights, broadcast, parameter_names, put_row
 from fedbench.models.additive import COMBINE, AdditiveLevels, additive_weights, level_key
 
 KINDS = ("global", "cluster", "personal")
-NEW_LEVEL = ("random", "global_copy")
+NEW_LEVEL = ("random_groups", "random_shared", "global_copy")
+FINAL_TRAINING = ("holders", "everyone")
 PRUNED_LEVEL = ("leaves", "stays")
 PROX_LEVELS = ("cluster", "all")
 PAPER_STRUCTURE = ("global", "cluster", "cluster", "cluster", "personal")  # Sec. 5.1: 5 levels
@@ -69,12 +87,13 @@ class FeMAM:
     init_rounds: int = 400
     window: int = 50
     threshold: float = 1.0
-    new_level: str = "random"
+    new_level: str = "random_groups"
     cluster_features: str = "parameters"
     cluster_fit: str = "sem"
     pruning: str = "eq9"
     epsilon: float = 0.0
     pruned_level: str = "leaves"
+    final_training: str = "holders"
     _modules: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -85,7 +104,7 @@ class FeMAM:
                 raise ValueError(f"FeMAM structure level {level + 1}: {kind!r} is not one of {', '.join(KINDS)}")
         for name, valid in (("prox_levels", PROX_LEVELS), ("combine", COMBINE), ("convergence", CONVERGENCE),
                             ("new_level", NEW_LEVEL), ("cluster_features", FEATURES), ("cluster_fit", CLUSTER_FIT),
-                            ("pruning", PRUNING), ("pruned_level", PRUNED_LEVEL)):
+                            ("pruning", PRUNING), ("pruned_level", PRUNED_LEVEL), ("final_training", FINAL_TRAINING)):
             _choice(name, getattr(self, name), valid)
         if self.num_clusters < 1 or self.window < 1 or self.init_rounds < 0:
             raise ValueError(f"FeMAM needs num_clusters >= 1, window >= 1, init_rounds >= 0; got "
@@ -105,7 +124,7 @@ class FeMAM:
 
     def scoring_model(self, fed: Federation, state: dict) -> AdditiveLevels:
         """The module the stacked :meth:`client_models` belong to (read by the pipeline)."""
-        return self._module(fed, len(state["levels"]))[0]
+        return self._module(fed, len(_scored(state)["levels"]))[0]
 
     def _active(self, fed: Federation, state: dict) -> torch.Tensor:
         """a_l per client: a pruned level leaves the prediction (paper) or stays in it (code)."""
@@ -114,19 +133,27 @@ class FeMAM:
 
     # ---- levels ----------------------------------------------------------------------------
 
-    def _new_level(self, fed: Federation, state: dict | None, initial: Weights, level: int) -> tuple[Weights, np.ndarray]:
-        """Stacked starting weights and groups of level ``level``: the first level starts from the
-        run's initial model; later ones from a fresh random model (Alg. 2 line 2) or a copy of the
-        first level (code)."""
-        m = fed.num_clients
+    def _new_level(self, fed: Federation, state: dict | None, initial: Weights, level: int
+                   ) -> tuple[Weights, np.ndarray, Weights | None]:
+        """Stacked starting weights, groups and (a cluster level under ``random_groups``) the K
+        starting centres of level ``level``.  The first level starts from the run's initial model;
+        a later one as ``new_level`` says (module doc; Alg. 2 line 2 and Eq. B.1a)."""
+        m, kind = fed.num_clients, self.structure[level]
+        groups = np.arange(m) if kind == "personal" else np.zeros(m, dtype=np.int64)
         if level == 0:
-            start = broadcast(initial, m)
-        elif self.new_level == "random":
-            start = broadcast(fresh_weights(fed, fed.seed * 1000 + level), m)
-        else:
-            start = {k: v.clone() for k, v in state["levels"][0].items()}
-        groups = np.arange(m) if self.structure[level] == "personal" else np.zeros(m, dtype=np.int64)
-        return start, groups
+            return broadcast(initial, m), groups, None
+        if self.new_level == "global_copy":
+            return {k: v.clone() for k, v in state["levels"][0].items()}, groups, None
+        if self.new_level == "random_shared":
+            return broadcast(fresh_weights(fed, fed.seed * 1000 + level), m), groups, None
+        count = {"global": 1, "cluster": min(self.num_clusters, m), "personal": m}[kind]
+        models = [fresh_weights(fed, fed.seed * 1000 + level + 100_000 * j) for j in range(count)]
+        centres = {k: torch.stack([model[k] for model in models]) for k in models[0]}
+        if kind == "cluster":  # a random mapping C_L' that uses every one of the K models
+            rng = np.random.default_rng([fed.seed, level])
+            groups = rng.permutation(np.arange(m) % count).astype(np.int64)
+        start = rows(centres, torch.from_numpy(groups).to(fed.device))
+        return start, groups, centres if kind == "cluster" else None
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         if fed.data.val is None:
@@ -134,7 +161,7 @@ class FeMAM:
                              "use them): use a partition with val_fraction or val_ratio > 0")
         if fed.participation != 1.0:
             raise ValueError(f"FeMAM trains every client every round (paper and code); participation is {fed.participation}")
-        start, groups = self._new_level(fed, None, initial, 0)
+        start, groups, _ = self._new_level(fed, None, initial, 0)
         return {
             "levels": [start], "groups": [groups], "kept": np.ones((fed.num_clients, 1), dtype=bool),
             "centres": None, "added": [0], "pruned": [[]],
@@ -145,8 +172,13 @@ class FeMAM:
 
     def round(self, fed: Federation, state: dict, round_: int):
         fed.sample_clients()  # everyone; drawn as FedAvg draws, so that one global level is FedAvg
+        state = {k: v for k, v in state.items() if k != "scored"}  # last round's pre-addition state
         newest = len(state["levels"]) - 1
         kind = self.structure[newest]
+        if state["complete"] and self.final_training == "everyone":  # the code: pruned clients train and rejoin
+            kept = state["kept"].copy()
+            kept[:, newest] = True
+            state = {**state, "kept": kept}
         holders = torch.from_numpy(np.flatnonzero(state["kept"][:, newest])).to(fed.device)
         if not len(holders):  # every client dropped the final level: nothing left to train
             state = self._validate(fed, state, round_)
@@ -166,8 +198,10 @@ class FeMAM:
         centres = state["centres"]
         if kind == "personal":
             merged = put_rows(full, holders, level)
+            groups[holders.cpu().numpy()] = holders.cpu().numpy()  # every holder its own group
         elif kind == "global":
             merged = put_rows(full, holders, broadcast(fed.average(level, holders), len(holders)))
+            groups[holders.cpu().numpy()] = 0
         else:
             names = parameter_names(fed.model)
             last = torch.cat([level[n].flatten(1) for n in names[-2:]], 1)
@@ -212,6 +246,7 @@ class FeMAM:
             init_rounds=self.init_rounds, window=self.window, threshold=self.threshold,
         ):
             return state
+        scored = {"levels": state["levels"], "kept": state["kept"], "groups": state["groups"]}  # as validated
         kept, groups, pruned = state["kept"].copy(), [g.copy() for g in state["groups"]], [list(p) for p in state["pruned"]]
         if newest > 0:
             if self.pruning == "eq9":
@@ -230,19 +265,21 @@ class FeMAM:
         state = {**state, "kept": kept, "groups": groups, "pruned": pruned}
         if newest + 1 == len(self.structure):
             return {**state, "complete": True}
-        start, new_groups = self._new_level(fed, state, None, newest + 1)
+        start, new_groups, centres = self._new_level(fed, state, None, newest + 1)
         return {
             **state,
             "levels": state["levels"] + [start], "groups": groups + [new_groups],
             "kept": np.concatenate([kept, np.ones((fed.num_clients, 1), dtype=bool)], 1),
-            "centres": None, "added": state["added"] + [round_], "pruned": pruned + [[]],
-            "level_loss": [], "level_acc": [],
+            "centres": centres, "added": state["added"] + [round_], "pruned": pruned + [[]],
+            "level_loss": [], "level_acc": [], "scored": scored,
         }
 
     # ---- what the pipeline reads -----------------------------------------------------------
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
-        return additive_weights(state["levels"], self._active(fed, state))
+        """Every client's additive model; in the round a level was added, the validated state before it."""
+        scored = _scored(state)
+        return additive_weights(scored["levels"], self._active(fed, scored))
 
     def global_model(self, fed: Federation, state: dict) -> Weights | None:
         if self.structure[0] != "global":
@@ -254,10 +291,12 @@ class FeMAM:
         return {f"level{l + 1}": g for l, g in enumerate(state["groups"])}
 
     def clusters(self, fed: Federation, state: dict) -> np.ndarray | None:
-        """The first cluster level's groups once it exists (scored against a ``cluster`` ground truth)."""
-        for l, kind in enumerate(self.structure[: len(state["groups"])]):
+        """The first cluster level's groups once it exists (scored against a ``cluster`` ground truth;
+        in the round a level was added, as validated before it)."""
+        groups = _scored(state)["groups"]
+        for l, kind in enumerate(self.structure[: len(groups)]):
             if kind == "cluster":
-                return state["groups"][l]
+                return groups[l]
         return None
 
     def artifacts(self, fed: Federation, state: dict) -> dict:
@@ -273,6 +312,11 @@ class FeMAM:
                               "levels": levels, "trace": trace}}
 
 
+def _scored(state: dict) -> dict:
+    """What the pipeline scores: the state as validated before a level was added this round, else the state."""
+    return state.get("scored", state)
+
+
 @ALGORITHMS.register("femam")
 def femam(
     *,
@@ -285,12 +329,13 @@ def femam(
     init_rounds: int = 400,
     window: int = 50,
     threshold: float = 1.0,
-    new_level: Literal["random", "global_copy"] = "random",
+    new_level: Literal["random_groups", "random_shared", "global_copy"] = "random_groups",
     cluster_features: Literal["parameters", "last_layer"] = "parameters",
     cluster_fit: Literal["sem", "refit"] = "sem",
     pruning: Literal["eq9", "window"] = "eq9",
     epsilon: float = 0.0,
     pruned_level: Literal["leaves", "stays"] = "leaves",
+    final_training: Literal["holders", "everyone"] = "holders",
 ) -> FeMAM:
     """FeMAM (Chen et al.): levels of kind global/cluster/personal added one by one (``structure``;
     the paper's 5 levels by default), ``num_clusters`` groups per cluster level, proximal weight ``lam``
@@ -301,5 +346,5 @@ def femam(
         structure=tuple(structure), num_clusters=num_clusters, lam=lam, prox_levels=prox_levels, combine=combine,
         convergence=convergence, init_rounds=init_rounds, window=window, threshold=threshold, new_level=new_level,
         cluster_features=cluster_features, cluster_fit=cluster_fit, pruning=pruning, epsilon=epsilon,
-        pruned_level=pruned_level,
+        pruned_level=pruned_level, final_training=final_training,
     )

@@ -858,3 +858,92 @@ def test_cfl_splits_recursively_with_fresh_cluster_ids():
     assert sorted(state["models"]) == [3, 4, 5, 6] and sorted(state["tree"]) == [0, 1, 2]
     assert sorted(algorithm.artifacts(fed, state)["cfl_membership"][-1].tolist()) == [3, 4, 5, 6]
     assert sorted(algorithm.clusters(fed, state).tolist()) == [0, 1, 2, 3]
+
+
+# --- survivors of the mutation run (docs/mutation.md, mutation_notes/) -------------------------------
+
+
+def test_bipartition_counts_cosines_rounded_above_one_as_parallel():
+    """CFL's bipartition (Eq. (23), solved as the authors' code by complete linkage on the dissimilarity
+    1 - cos, module docstring): a cosine is at most 1, so a similarity that rounding lifts above 1 (two
+    parallel updates) is a dissimilarity of 0, exactly as a cosine of 1.  Three updates, 0 parallel to 1
+    and 1 parallel to 2 but 0 orthogonal to 2: whichever parallel pair reads 1.5 instead of 1, the split
+    is the one for cosines clipped to 1, and it separates 0 from 2; two parallel updates whose cosine
+    rounds to 1 + 2^-52 split as two at cosine 1 do."""
+    sim = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    for pair in [(0, 1), (1, 2)]:
+        lifted = sim.copy()
+        lifted[pair] = lifted[pair[::-1]] = 1.5
+        side = bipartition(lifted)
+        assert side.tolist() == bipartition(sim).tolist() and side[0] != side[2]
+    two = np.full((2, 2), 1.0 + 2.0**-52)
+    assert bipartition(two).tolist() == bipartition(np.ones((2, 2))).tolist() == [True, False]
+
+
+def test_cfl_uniform_mean_norm_uses_exact_one_over_cluster_size():
+    """Eq. (29) with the notebook's uniform weights p_i = 1 / |c| (``mean_norm_weighting: uniform``):
+    clients holding only class 0, only class 0 and half of each have the updates (1/2, 1/2, 0)(1, -1)
+    (exact in float32, ``cfl_federation``), so ||sum_i p_i dtheta_i|| = sqrt(2) / 3 to double precision
+    (the recorded criterion), not with 1/3 rounded to float32 (a relative error of 3e-8)."""
+    fed, w0 = cfl_federation([share(4, 1.0), share(4, 1.0), share(4, 0.5)])
+    algorithm = cfl(mean_norm_weighting="uniform")
+    state, _ = algorithm.round(fed, algorithm.init(fed, w0), 1)
+    norms = algorithm.artifacts(fed, state)["cfl_norms"]
+    assert norms["clients"].tolist() == [3]
+    np.testing.assert_allclose(norms["mean_norm"].iloc[0], np.sqrt(2) / 3, rtol=1e-13, atol=0)
+
+
+def test_cfl_a_cluster_without_a_bipartition_does_not_stop_the_next_one_splitting():
+    """Alg. 1 examines every cluster of the round: a cluster whose updates are all parallel has no
+    bipartition (complete linkage puts them at distance 0: one group), stays whole, and the next cluster
+    is still examined.  ``cfl_federation`` (Linear(1 -> 2) at 0, x = 1, full-batch GD, lr 1), 10 samples
+    per client with class-0 shares f = (0.1, 0.1, 0.1, 0.9, 0.9, 0.6); eps1 = 10 and eps2 = 0 leave the
+    decision to the bipartition.  Round 1: updates (f - 1/2)(1, -1) split {0, 1, 2} (child 1, it holds
+    client 0) from {3, 4, 5} (child 2).  Child 1's model is (0.1 - 1/2)(1, -1): class-0 probability
+    p = sigmoid(-0.8) = 0.31 > 0.1, so in round 2 its three updates (0.1 - p)(1, -1) are identical and
+    it stays whole; child 2's model is (0.8 - 1/2)(1, -1): p = sigmoid(0.6) = 0.65 lies between 0.6 and
+    0.9, so clients 3, 4 (f = 0.9) and client 5 (f = 0.6) move in opposite directions: it splits into
+    children 3 = {3, 4} and 4 = {5}."""
+    fed, w0 = cfl_federation([share(10, f) for f in (0.1, 0.1, 0.1, 0.9, 0.9, 0.6)])
+    algorithm = cfl(eps1=10.0, eps2=0.0, min_cluster_size=2, warmup_rounds=0)
+    state = algorithm.init(fed, w0)
+    for t in (1, 2):
+        state, _ = algorithm.round(fed, state, t)
+    splits = algorithm.artifacts(fed, state)["cfl_splits"]
+    assert splits[["round", "parent", "child_a", "child_b"]].values.tolist() == [[1, 0, 1, 2], [2, 2, 3, 4]]
+    assert splits[["members_a", "members_b"]].values.tolist() == [["0 1 2", "3 4 5"], ["3 4", "5"]]
+    assert sorted(state["models"]) == [1, 3, 4]
+
+
+def test_logs_before_any_round_are_empty_with_integer_ids():
+    """Before any round the logs exist, empty, with the integer type of the ids they will hold: the
+    assignment log's round, client and cluster columns (IFCA, FeSEM) and CFL's [rounds, clients]
+    membership of leaf cluster ids."""
+    from fedbench.algorithms.clustered import assignment_frame
+
+    empty = assignment_frame([])
+    assert [dtype.kind for dtype in empty.dtypes] == ["i", "i", "i"]
+    fed, w0 = cfl_federation(CFL_LABELS)
+    membership = cfl().artifacts(fed, cfl().init(fed, w0))["cfl_membership"]
+    assert membership.shape == (0, 5) and membership.dtype.kind == "i"
+
+
+def test_fesem_kmeans_plus_plus_is_scale_free_and_leaves_the_global_rng_alone():
+    """FeSEM ``init: clients`` (module docstring, k-means++ of Arthur & Vassilvitskii 2007): a next centre
+    is drawn with probability D(x)^2 / sum D^2, which does not depend on the scale of the points, and a
+    point already chosen (D = 0) is never drawn while another has D > 0.  Points (0, 1, 3, 7) / 64 (an
+    exact power-of-two scaling, sum D^2 < 1) get the picks of (0, 1, 3, 7), seed by seed, three distinct
+    ones.  The draws come from FeSEM's own seeded generator: the global torch RNG is not advanced, also
+    when every point is the same and the extra centres are duplicates."""
+    from types import SimpleNamespace
+
+    points = torch.tensor([[0.0], [1.0], [3.0], [7.0]])
+    algorithm = FeSEM(num_clusters=3)
+    for seed in range(60):
+        picks = algorithm._seed_centres(SimpleNamespace(seed=seed), points)
+        assert len(set(picks.tolist())) == 3
+        assert torch.equal(algorithm._seed_centres(SimpleNamespace(seed=seed), points / 64), picks)
+    for same_or_not in (points, torch.zeros(4, 2)):
+        before = torch.random.get_rng_state()
+        algorithm._seed_centres(SimpleNamespace(seed=1), same_or_not)
+        assert torch.equal(torch.random.get_rng_state(), before)

@@ -327,7 +327,10 @@ def test_flt_relatedness_passes_its_settings_to_fcr(monkeypatch):
     encoder file ``<encoders>/<encoder>.pt``, fine-tuned J epochs on every client's data with the
     authors' Adam lr 1e-3 and batch 64; k-means k, γ, the distance, UMAP's neighbours and min_dist, the
     run's seed; HC into C clusters (``clusters: auto`` or case I: HC picks C).  PCA+kM+HC: the per-client
-    PCA sees exactly each client's *training* rows, flattened.  FCR's own steps are replaced by recorders."""
+    PCA sees exactly each client's *training* rows, flattened.  Both keep every output of the relatedness
+    step (Ã, C, distances, HC's linkage) and start every client from the run's initial model (Algorithm 3:
+    W̄ holds one model per client, all M of them w^0 before round 1).  FCR's own steps are replaced by
+    recorders."""
     from types import SimpleNamespace
 
     from fedbench.algorithms import flt as flt_module
@@ -354,6 +357,8 @@ def test_flt_relatedness_passes_its_settings_to_fcr(monkeypatch):
         state = algorithm.init(fed, model_weights(fed.model))
         assert {k: state[k] for k in ("adjacency", "clusters", "distances", "linkage", "centres_2d")} == dict(
             adjacency="A", clusters="C", distances="D", linkage="L", centres_2d="P")
+        for k, v in model_weights(fed.model).items():
+            assert torch.equal(state["clients"][k], v.expand(5, *v.shape))
         assert calls["load"][0] == (Path("/somewhere/enc.pt"),)
         args, kwargs = calls["embed"]
         assert args[1] is fed.data and args[2].tolist() == list(range(5))
@@ -361,7 +366,10 @@ def test_flt_relatedness_passes_its_settings_to_fcr(monkeypatch):
         assert calls["fcr"] == ((["e"],), dict(k=3, gamma=0.7, distance="matching", n_neighbors=6, min_dist=0.2,
                                                num_clusters=expected, seed=3))
     state = ALGORITHMS["pca_km_hc"](k=2, pca_components=4, gamma=0.9, clusters="auto").init(fed, model_weights(fed.model))
-    assert state["adjacency"] == "A" and "centres_2d" not in state
+    assert {k: state[k] for k in ("adjacency", "clusters", "distances", "linkage")} == dict(
+        adjacency="A", clusters="C", distances="D", linkage="L") and "centres_2d" not in state
+    for k, v in model_weights(fed.model).items():
+        assert torch.equal(state["clients"][k], v.expand(5, *v.shape))
     (samples,), kwargs = calls["pca"]
     assert kwargs == dict(n_components=4, k=2, seed=3)
     for m, rows in enumerate(samples):

@@ -895,8 +895,9 @@ def test_cfl_uniform_mean_norm_uses_exact_one_over_cluster_size():
 
 def test_cfl_a_cluster_without_a_bipartition_does_not_stop_the_next_one_splitting():
     """Alg. 1 examines every cluster of the round: a cluster whose updates are all parallel has no
-    bipartition (complete linkage puts them at distance 0: one group), stays whole, and the next cluster
-    is still examined.  ``cfl_federation`` (Linear(1 -> 2) at 0, x = 1, full-batch GD, lr 1), 10 samples
+    bipartition here (every complete-linkage merge is at distance 0, and scipy's 2-cluster cut of tied
+    heights leaves one group; the authors' sklearn clustering would force two), so it stays whole, and
+    the next cluster is still examined.  ``cfl_federation`` (Linear(1 -> 2) at 0, x = 1, full-batch GD, lr 1), 10 samples
     per client with class-0 shares f = (0.1, 0.1, 0.1, 0.9, 0.9, 0.6); eps1 = 10 and eps2 = 0 leave the
     decision to the bipartition.  Round 1: updates (f - 1/2)(1, -1) split {0, 1, 2} (child 1, it holds
     client 0) from {3, 4, 5} (child 2).  Child 1's model is (0.1 - 1/2)(1, -1): class-0 probability

@@ -237,10 +237,10 @@ def main(argv: list[str] | None = None) -> int:
                   + (f", re-testing {len(survivors)} survivors" if survivors else ""), flush=True)
             started = time.time()
             code = run_group(copy, args.max_children, survivors)
-            record_run(copy, time.time() - started, survivors)
-            if code:
+            if code:  # a failed run (e.g. the stats phase's tests failed) is not a timing
                 print(f"mutation: mutmut exited {code} for group {group}; see {copy / 'mutmut.log'}", file=sys.stderr)
                 return code
+            record_run(copy, time.time() - started, survivors)
     print(summary(args.workdir), end="")
     return 0
 

@@ -893,27 +893,44 @@ def test_cfl_uniform_mean_norm_uses_exact_one_over_cluster_size():
     np.testing.assert_allclose(norms["mean_norm"].iloc[0], np.sqrt(2) / 3, rtol=1e-13, atol=0)
 
 
-def test_cfl_a_cluster_without_a_bipartition_does_not_stop_the_next_one_splitting():
-    """Alg. 1 examines every cluster of the round: a cluster whose updates are all parallel has no
-    bipartition here (every complete-linkage merge is at distance 0, and scipy's 2-cluster cut of tied
-    heights leaves one group; the authors' sklearn clustering would force two), so it stays whole, and
-    the next cluster is still examined.  ``cfl_federation`` (Linear(1 -> 2) at 0, x = 1, full-batch GD, lr 1), 10 samples
-    per client with class-0 shares f = (0.1, 0.1, 0.1, 0.9, 0.9, 0.6); eps1 = 10 and eps2 = 0 leave the
-    decision to the bipartition.  Round 1: updates (f - 1/2)(1, -1) split {0, 1, 2} (child 1, it holds
-    client 0) from {3, 4, 5} (child 2).  Child 1's model is (0.1 - 1/2)(1, -1): class-0 probability
-    p = sigmoid(-0.8) = 0.31 > 0.1, so in round 2 its three updates (0.1 - p)(1, -1) are identical and
-    it stays whole; child 2's model is (0.8 - 1/2)(1, -1): p = sigmoid(0.6) = 0.65 lies between 0.6 and
-    0.9, so clients 3, 4 (f = 0.9) and client 5 (f = 0.6) move in opposite directions: it splits into
-    children 3 = {3, 4} and 4 = {5}."""
+def test_bipartition_splits_tied_orthogonal_updates_into_two_nonempty_groups():
+    """CFL's bipartition on tied merge heights (module docstring; the authors' ``cluster_clients``,
+    sklearn ``AgglomerativeClustering(n_clusters=2, linkage="complete")`` on -cos): three mutually
+    orthogonal updates have every dissimilarity -cos = 0, so every complete-linkage merge is at height 0.
+    Undoing the last merge still leaves two non-empty groups: one pair and one singleton, with largest
+    cross similarity 0.  The tie is broken as the authors' call breaks it (merges in index order): (0, 1)
+    then 2, so {0, 1} | {2}; four orthogonal updates: (0, 1), then 2, then 3, so {0, 1, 2} | {3}.  (scipy's
+    ``fcluster(t=2, criterion="maxclust")``, used before, returns one group here: CFL did not split.)"""
+    for n, expected in [(3, [True, True, False]), (4, [True, True, True, False])]:
+        sim = np.eye(n)
+        side = bipartition(sim)
+        assert side.tolist() == expected
+        assert 0 < side.sum() < n and sim[np.ix_(side, ~side)].max() == 0.0
+
+
+def test_cfl_bipartitions_a_cluster_of_identical_updates_as_the_authors_do():
+    """Alg. 1 with the authors' bipartition (module docstring): a cluster that meets the split criterion
+    is always bipartitioned, also when its updates are all parallel (every complete-linkage merge at the
+    same height: two groups all the same, {0, 1} | {2} for three, the tie broken in index order as in the
+    authors' sklearn call), and every cluster of the round is examined.  ``cfl_federation`` (Linear(1 -> 2)
+    at 0, x = 1, full-batch GD, lr 1), 10 samples per client with class-0 shares
+    f = (0.1, 0.1, 0.1, 0.9, 0.9, 0.6); eps1 = 10 and eps2 = 0 leave the decision to the bipartition.
+    Round 1: updates (f - 1/2)(1, -1) split {0, 1, 2} (child 1, it holds client 0) from {3, 4, 5}
+    (child 2).  Child 1's model is (0.1 - 1/2)(1, -1): class-0 probability p = sigmoid(-0.8) = 0.31 > 0.1,
+    so in round 2 its three updates (0.1 - p)(1, -1) are identical (cross similarity 1) and it splits into
+    children 3 = {0, 1} and 4 = {2}; child 2's model is (0.8 - 1/2)(1, -1): p = sigmoid(0.6) = 0.65 lies
+    between 0.6 and 0.9, so clients 3, 4 (f = 0.9) and client 5 (f = 0.6) move in opposite directions
+    (cross similarity -1): it splits into children 5 = {3, 4} and 6 = {5}."""
     fed, w0 = cfl_federation([share(10, f) for f in (0.1, 0.1, 0.1, 0.9, 0.9, 0.6)])
     algorithm = cfl(eps1=10.0, eps2=0.0, min_cluster_size=2, warmup_rounds=0)
     state = algorithm.init(fed, w0)
     for t in (1, 2):
         state, _ = algorithm.round(fed, state, t)
     splits = algorithm.artifacts(fed, state)["cfl_splits"]
-    assert splits[["round", "parent", "child_a", "child_b"]].values.tolist() == [[1, 0, 1, 2], [2, 2, 3, 4]]
-    assert splits[["members_a", "members_b"]].values.tolist() == [["0 1 2", "3 4 5"], ["3 4", "5"]]
-    assert sorted(state["models"]) == [1, 3, 4]
+    assert splits[["round", "parent", "child_a", "child_b"]].values.tolist() == [[1, 0, 1, 2], [2, 1, 3, 4], [2, 2, 5, 6]]
+    assert splits[["members_a", "members_b"]].values.tolist() == [["0 1 2", "3 4 5"], ["0 1", "2"], ["3 4", "5"]]
+    np.testing.assert_allclose(splits["max_cross_similarity"].iloc[1:].tolist(), [1.0, -1.0], atol=1e-6)
+    assert sorted(state["models"]) == [3, 4, 5, 6]
 
 
 def test_logs_before_any_round_are_empty_with_integer_ids():

@@ -11,10 +11,11 @@ Algorithm 1 of the paper (as in the authors' code, felisat/clustered-federated-l
   and (authors' code) it has at least ``min_cluster_size`` participating clients (code: > 2)
   and the round is past ``warmup_rounds`` (code: ``c_round > 20``);
 * the bipartition minimises the maximum cross-cluster cosine similarity of the updates
-  (Eq. (23)); as in the authors' code, it is the top split of complete-linkage hierarchical
-  clustering on the dissimilarity 1 - cos(dtheta_i, dtheta_j) (scipy; equivalent to linkage
-  on -cos).  Both children inherit theta_c and are then averaged over their own members, one
-  split level per cluster and round (recursive over rounds).
+  (Eq. (23)); as in the authors' code, it is the top split of complete-linkage agglomerative
+  clustering on the dissimilarity -cos(dtheta_i, dtheta_j) (sklearn ``AgglomerativeClustering``,
+  ``n_clusters=2``), which always yields two non-empty groups, also when merge heights tie
+  (e.g. mutually orthogonal or identical updates).  Both children inherit theta_c and are then
+  averaged over their own members, one split level per cluster and round (recursive over rounds).
 
 Defaults eps1 = 0.4, eps2 = 1.6 are the authors' notebook values (they depend on model and lr;
 the ``cfl_norms`` artifact records both norms of every cluster and round for tuning; the run's
@@ -42,8 +43,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
 
 from fedbench.algorithms.base import ALGORITHMS, Federation
 from fedbench.algorithms.clustered import flat, stack
@@ -59,11 +58,24 @@ def cosine_matrix(updates: torch.Tensor) -> np.ndarray:
 
 
 def bipartition(similarity: np.ndarray) -> np.ndarray:
-    """Boolean mask of one side of the complete-linkage top split of 1 - similarity."""
-    d = np.clip(1.0 - similarity, 0.0, None)
-    d = (d + d.T) / 2
-    np.fill_diagonal(d, 0.0)
-    labels = fcluster(linkage(squareform(d, checks=False), method="complete"), t=2, criterion="maxclust")
+    """Boolean mask of the first update's side of the complete-linkage bipartition (n >= 2 updates).
+
+    As the authors' code (felisat/clustered-federated-learning, ``cluster_clients``):
+    ``AgglomerativeClustering(n_clusters=2, linkage="complete")`` on the precomputed dissimilarity
+    -cos, which undoes the last merge of the tree, so both sides are non-empty whatever the ties.
+    On tied heights this is the authors' split, not scipy's ``fcluster(t=2, criterion="maxclust")``,
+    which cuts at a height and returns ONE group when the top merges tie (three mutually orthogonal
+    updates: sklearn {0, 1} | {2}, fcluster {0, 1, 2}).  The dissimilarity is -cos as in their call,
+    not 1 - cos: -s is exact, so ties are exactly those of the computed cosines (1 - s can round
+    distinct cosines to equal distances and break such near-ties differently); scipy's ``cut_tree``
+    gives the same split but rejects the negative heights.  Cosines are clipped to 1 (rounding can
+    lift a parallel pair above it) and the matrix is symmetrised; only the upper triangle is read.
+    """
+    from sklearn.cluster import AgglomerativeClustering  # lazy: importing sklearn.cluster takes seconds
+
+    s = np.minimum(np.asarray(similarity, dtype=np.float64), 1.0)
+    d = -(s + s.T) / 2
+    labels = AgglomerativeClustering(n_clusters=2, metric="precomputed", linkage="complete").fit(d).labels_
     return labels == labels[0]
 
 
@@ -131,9 +143,7 @@ class CFL:
                     and mean_norm < self.eps1 and max_norm > self.eps2):
                 continue
             sim = cosine_matrix(updates[idx])
-            side = bipartition(sim)
-            if side.all():
-                continue
+            side = bipartition(sim)  # two non-empty sides (len(idx) >= 2): no "no split" branch
             a, b = next_id, next_id + 1
             next_id += 2
             side_t = torch.from_numpy(side)

@@ -73,7 +73,8 @@ def test_every_citation_names_the_first_author():
 
 def test_the_pattern_catches_a_wrong_name():
     """The check itself, on made-up lines: a wrong surname is read as written."""
-    assert _citations('"""FeMAM — Multi-Level Additive Modeling (Wang et al., Eq. 2)', "FeMAM") == [(1, "Wang")]
+    wrong = "Wang"  # built at run time, so that this file itself cites no one wrongly
+    assert _citations(f'"""FeMAM — Multi-Level Additive Modeling ({wrong} et al., Eq. 2)', "FeMAM") == [(1, "Wang")]
     assert _citations("x\nFeMAM's ResNet-9 (Shutong Chen et al., Sec. 5)", "FeMAM") == [(2, "Chen")]
     assert _citations("FeMAM runs FedRep | (Collins et al. 2021)", "FeMAM") == []  # another method's citation
     assert _citations("in the FLT grids; `fesem` (Long et al.)", "FLT") == []

@@ -20,10 +20,12 @@ Train, validation and test parts are disjoint across clients (nothing is shared)
 
 The third FeMAM setting, client-wise Dirichlet (§1.2 (a)), is the generic ``dirichlet`` kind
 with ``min_size: <num classes>``, ``test_fraction: 1/6`` (CIFAR-100) or ``1/11`` (Tiny),
-``val_fraction: 0.1`` and the default ``test_set: local`` (pooled official train + test).
+``val_fraction: 0.1`` (CIFAR-100) or ``0.05`` (Tiny: the paper's 95k/5k/10k) and the default
+``test_set: local`` (pooled official train + test); Table C.3's "IID" is the generic ``iid`` kind
+with the same fractions (and, as the code's inferred reading, ``dirichlet`` with alpha 10).
 
 Where the paper and the code differ, the paper is the default and the code a named option
-(``cluster_sizes: even`` vs ``code``).
+(``cluster_sizes: even`` vs ``code``; ``val_ratio: half_test`` vs ``0.1``).
 """
 
 from __future__ import annotations

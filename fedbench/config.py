@@ -122,6 +122,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
         _check_bn_aggregation(config, experiment, spec)
         _check_rounds_and_models(config, experiment, spec, client_counts)
     _check_feasible(config)
+    _check_memory_budgets(config)
     unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
     if unknown:
         raise ConfigError(
@@ -375,6 +376,33 @@ def _check_rounds_and_models(config: dict, experiment: str, spec: dict, client_c
                         f"experiments.{experiment}.grid[{i}]: algorithms.{algorithm}.models = {m} intermediate models "
                         f"exceed the {client_counts[partition]} clients of partitions.{partition}"
                     )
+
+
+def _check_memory_budgets(config: dict) -> None:
+    """A working budget (``training.memory_mb``, or the CPU's default on ``device: cpu``) that cannot
+    hold one client's training pass stops the workflow before any job, with both figures in MB.
+    Checked at the mean client's size (the largest client is at least that large; the rule's
+    resources check the partition's real largest client once it exists)."""
+    from fedbench.cost import estimated_shape
+    from fedbench.engine.memory import MemoryBudgetError
+    from fedbench.job_memory import check_one_client_fits
+
+    device = config.get("device", "auto")
+    for experiment, spec in config.get("experiments", {}).items():
+        training = {**TRAINING_DEFAULTS, **spec.get("training", {})}
+        if training["memory_mb"] is None and device != "cpu":
+            continue  # the budget is the GPU's free memory, known only in the job
+        for i, block in enumerate(spec.get("grid", [])):
+            for dataset, partition, model in itertools.product(block["datasets"], block["partitions"], block["models"]):
+                try:
+                    shape = estimated_shape(config["datasets"][dataset], config["partitions"][partition])
+                except (KeyError, TypeError, ValueError):
+                    continue  # a shape known only from the data: checked by the rule's resources
+                shape = dataclasses.replace(shape, largest_client=max(1, shape.train_samples // shape.num_clients))
+                try:
+                    check_one_client_fits(config["models"][model], shape, training, "cpu")
+                except MemoryBudgetError as error:
+                    raise ConfigError(f"experiments.{experiment}.grid[{i}] ({dataset}/{partition}/{model}): {error}") from None
 
 
 def _check_encoder_names(config: dict) -> None:

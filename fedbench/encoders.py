@@ -39,7 +39,7 @@ from fedbench.engine.batches import BatchPlan, make_batch_plan
 from fedbench.engine.device import resolve_device
 from fedbench.engine.federated_data import FederatedData
 from fedbench.models.convae import ConvAE, autoencoder_spec, build_autoencoder
-from fedbench.provenance import encoder_roots, provenance
+from fedbench.provenance import ENCODER_SCRIPTS, encoder_roots, provenance
 
 log = logging.getLogger("fedbench")
 
@@ -165,7 +165,7 @@ def pretrain_encoder(config: dict, name: str, out_pt, out_curve_csv, device: str
         "state_dict": state,
         "history": history,
         "kept_epoch": best[2] if settings["keep_best"] and x_test is not None else settings["epochs"],
-        "provenance": provenance(encoder_roots(config["datasets"][settings["dataset"]])),
+        "provenance": provenance(encoder_roots(config["datasets"][settings["dataset"]]), ENCODER_SCRIPTS),
     }
     atomic_write(out_pt, lambda p: torch.save(payload, p))
     atomic_write(out_curve_csv, lambda p: curve.to_csv(p, index=False))

@@ -29,7 +29,7 @@ from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.models import build_model
 from fedbench.protocols import PROTOCOLS
-from fedbench.provenance import cell_roots, partition_roots, provenance
+from fedbench.provenance import CELL_SCRIPTS, PARTITION_SCRIPTS, cell_roots, partition_roots, provenance
 
 log = logging.getLogger("fedbench")
 
@@ -42,7 +42,7 @@ def build_partition(config: dict, dataset: str, partition: str, seed: int, npz_p
     spec = config["partitions"][partition]
     parts = partition_dataset(data, spec, seed)
     meta = {"dataset": dataset, "partition": partition, "seed": seed, "spec": spec, "input_shape": list(data.input_shape),
-            "provenance": provenance(partition_roots(config["datasets"][dataset], spec))}
+            "provenance": provenance(partition_roots(config["datasets"][dataset], spec), PARTITION_SCRIPTS)}
     save_partition(parts, data.y, data.num_classes, npz_path, json_path, meta)
     log.info("partition %s/%s seed %d: %d clients", dataset, partition, seed, parts.num_clients)
 
@@ -174,7 +174,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     rounds, every, train_every = training["rounds"], training["eval_every"], training["train_eval_every"]
     history, per_client = [], {}
     losses = []
-    code = provenance(cell_roots(spec))  # version, commit, hash of the code that runs
+    code = provenance(cell_roots(spec), CELL_SCRIPTS)  # version, commit, hash of the code that runs
     checkpoint_path, checkpoint_every = out / CHECKPOINT_NAME, training["checkpoint_every"]
     run_fingerprint = fingerprint(results_settings(spec), code["code_hash"])
     first, spent_before, diverged = 1, 0.0, None

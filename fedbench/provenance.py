@@ -9,7 +9,9 @@ following the imports of its entry point and of the builders its config entry na
 ``fedbench.data.partition`` + its partitioner's and dataset source's modules; an encoder:
 ``fedbench.encoders`` + its dataset source's module).  A package's
 ``__init__`` is hashed but not followed, so that editing one algorithm's module changes the
-hash of that algorithm's cells only.
+hash of that algorithm's cells only.  The rule's own script (``workflow/scripts/train.py`` and
+the ``common.py`` it imports, for a cell) is hashed too: Snakemake's ``code`` rerun trigger is
+off (profiles/default), so an edit of the script is listed here and never retrains by itself.
 
 The workflow does not rerun finished cells when library code changes (their provenance says
 what ran them); this module's command line lists what is out of date::
@@ -113,6 +115,22 @@ def file_hashes(modules: list[str]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+# the rule scripts each kind of job runs (repository-relative), hashed beside its modules
+CELL_SCRIPTS = ("workflow/scripts/train.py", "workflow/scripts/common.py")
+PARTITION_SCRIPTS = ("workflow/scripts/partition.py", "workflow/scripts/common.py")
+ENCODER_SCRIPTS = ("workflow/scripts/pretrain_encoder.py", "workflow/scripts/common.py")
+
+
+def code_files(roots: list[str], scripts=()) -> dict[str, str]:
+    """:func:`file_hashes` of ``roots`` and the modules they import, plus the rule ``scripts`` that exist."""
+    files = file_hashes(code_modules(*roots))
+    for script in scripts:
+        path = REPO / script
+        if path.exists():
+            files[script] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return dict(sorted(files.items()))
+
+
 def combined_hash(files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -166,9 +184,9 @@ def git_state() -> tuple[str | None, bool | None]:
         return None, None
 
 
-def provenance(roots: list[str]) -> dict:
-    """The provenance record of a job whose entry modules are ``roots``."""
-    files = file_hashes(code_modules(*roots))
+def provenance(roots: list[str], scripts=()) -> dict:
+    """The provenance record of a job whose entry modules are ``roots`` and rule scripts ``scripts``."""
+    files = code_files(roots, scripts)
     commit, dirty = git_state()
     return {
         "fedbench_version": fedbench.__version__,
@@ -182,13 +200,14 @@ def provenance(roots: list[str]) -> dict:
 # ---- what is out of date -------------------------------------------------------------------
 
 
-def changed_files(recorded: dict | None, roots: list[str]) -> list[str] | None:
+def changed_files(recorded: dict | None, roots: list[str], scripts=()) -> list[str] | None:
     """Files whose code differs from the ``recorded`` provenance (added, removed or edited);
-    ``None`` when there is no record (a result written before provenance was recorded)."""
+    ``None`` when there is no record (a result written before provenance was recorded).  A rule
+    script the record does not list (recorded before scripts were hashed) is not compared."""
     if not recorded or "code_files" not in recorded:
         return None
-    now = file_hashes(code_modules(*roots))
     before = recorded["code_files"]
+    now = code_files(roots, [script for script in scripts if script in before])
     return sorted(name for name in set(now) | set(before) if now.get(name) != before.get(name))
 
 
@@ -208,7 +227,7 @@ def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str,
             import torch
 
             recorded = torch.load(path, map_location="cpu", weights_only=True).get("provenance")
-            changed = changed_files(recorded, encoder_roots(config["datasets"][entry["dataset"]]))
+            changed = changed_files(recorded, encoder_roots(config["datasets"][entry["dataset"]]), ENCODER_SCRIPTS)
             if changed is None or changed:
                 out.append((str(path), changed))
         for dataset, partition, seed in expand_partitions(config):
@@ -218,7 +237,7 @@ def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str,
                 continue
             recorded = json.loads(meta.read_text()).get("provenance")
             roots = partition_roots(config["datasets"][dataset], config["partitions"][partition])
-            changed = changed_files(recorded, roots)
+            changed = changed_files(recorded, roots, PARTITION_SCRIPTS)
             if changed is None or changed:
                 out.append((f"{stem}.npz", changed))
     for cell in expand_cells(config):
@@ -228,7 +247,7 @@ def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str,
         if not metrics.exists():
             continue
         recorded = json.loads(metrics.read_text()).get("provenance")
-        changed = changed_files(recorded, cell_roots(resolve_cell(config, cell)))
+        changed = changed_files(recorded, cell_roots(resolve_cell(config, cell)), CELL_SCRIPTS)
         if changed is None or changed:
             out.append((str(metrics), changed))
     return out

@@ -194,7 +194,8 @@ def test_tables_show_diverged_cells(tmp_path, partition):
 
 def test_curves_draw_around_a_diverged_run(tmp_path, partition, saved_figures):
     """The curve figure of an experiment with a diverged seed is drawn from the other runs: seed 0
-    diverges at round 1 (its only history row is NaN), so both panels draw seed 1's history."""
+    diverges at round 1 (its only history row is NaN), so both panels draw seed 1's history, and
+    mark seed 0's divergence with a dotted line at round 1 (the label says "1/2 diverged")."""
     from fedbench.results.figures import Curve, load_histories, plot_training_curves
 
     config = json.loads(json.dumps(CONFIG))
@@ -207,10 +208,12 @@ def test_curves_draw_around_a_diverged_run(tmp_path, partition, saved_figures):
     assert (tmp_path / "curves.png").stat().st_size > 0
     survivor = pd.read_csv(tmp_path / "seed1" / "history.csv")
     loss_ax, accuracy_ax = saved_figures[-1].axes
-    (loss_line,), (accuracy_line,) = loss_ax.lines, accuracy_ax.lines
+    (loss_line, loss_mark), (accuracy_line, accuracy_mark) = loss_ax.lines, accuracy_ax.lines
     for line, expected in ((loss_line, survivor["train_loss_pooled"]), (accuracy_line, 100 * survivor["acc_mean"])):
         assert line.get_xdata().tolist() == survivor["round"].tolist() == [2, 4, 6]
         np.testing.assert_allclose(line.get_ydata(), expected, rtol=1e-12)
+    assert list(loss_mark.get_xdata()) == list(accuracy_mark.get_xdata()) == [1, 1]
+    assert [t.get_text() for t in saved_figures[-1].legends[0].get_texts()] == ["FedAvg (1/2 diverged)"]
 
 
 @pytest.mark.parametrize("name", [n for n in ALGORITHMS.names() if n != "flt"])  # flt: needs a pretrained encoder file

@@ -62,7 +62,7 @@ def _kept_writers(train: dict, test: dict, min_samples: int, max_users: int | No
 
 @DATASETS.register(
     "femnist", bounds={"min_samples": ">= 0", "max_users": ">= 1", "shards": ">= 0"},
-    facts=lambda p: DatasetFacts(62, None, has_users=True, num_users=p["max_users"]),
+    facts=lambda p: DatasetFacts(62, None, has_users=True, num_users=p["max_users"], input_shape=(1, 28, 28)),
 )
 def load_femnist(root: Path = Path("data"), *, min_samples: int = 0, max_users: int | None = None,
                  shards: list[int] | None = None, invert: bool = False, normalize="none") -> ArrayDataset:

@@ -56,7 +56,8 @@ DATASETS: Registry = Registry("dataset source")
 class DatasetFacts:
     """What is known of a source's dataset without loading it (planning-time feasibility checks):
     classes, samples (train + test; ``None``: depends on files), whether samples have users
-    (and how many, where the parameters say) and whether there is an official test set.
+    (and how many, where the parameters say), whether there is an official test set, and the
+    shape of one sample (``input_shape``; what the cost model sizes models with before any data).
     Registered with the source: ``DATASETS.register(name, facts=lambda params: DatasetFacts(...))``
     where ``params`` are the entry's parameters with the source's defaults."""
 
@@ -65,11 +66,12 @@ class DatasetFacts:
     has_users: bool = False
     num_users: int | None = None
     official_test: bool = True
+    input_shape: tuple[int, ...] | None = None
 
 
 @DATASETS.register(
     "digits", bounds={"size": ">= 1", "test_fraction": "(0, 1)"},
-    facts=lambda p: DatasetFacts(10, 1797, official_test=p["test_fraction"] is not None),
+    facts=lambda p: DatasetFacts(10, 1797, official_test=p["test_fraction"] is not None, input_shape=(1, p["size"], p["size"])),
 )
 def load_digits_dataset(root=None, *, size: int = 8, test_fraction: float | None = None) -> ArrayDataset:
     """scikit-learn's handwritten digits: 1,797 8x8 grey images, 10 classes, pixels scaled to [0, 1].
@@ -101,7 +103,8 @@ def load_digits_dataset(root=None, *, size: int = 8, test_fraction: float | None
 @DATASETS.register(
     "synthetic",
     bounds={"alpha": ">= 0", "beta": ">= 0", "num_users": ">= 1", "dimension": ">= 1", "num_classes": ">= 2", "seed": ">= 0", "max_user_samples": ">= 1"},
-    facts=lambda p: DatasetFacts(p["num_classes"], None, has_users=True, num_users=p["num_users"], official_test=False),
+    facts=lambda p: DatasetFacts(p["num_classes"], None, has_users=True, num_users=p["num_users"], official_test=False,
+                                 input_shape=(p["dimension"],)),
 )
 def generate_synthetic(
     root=None,

@@ -165,7 +165,7 @@ def _mnist_like(cls, dataset: str, root: Path, download: bool, normalize) -> Arr
     return _pool(train_part, test_part, len(train.classes), normalize)
 
 
-@DATASETS.register("mnist", facts=lambda p: DatasetFacts(10, 70000))
+@DATASETS.register("mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28)))
 def load_mnist(root: Path = Path("data"), *, normalize="half", download: bool = False) -> ArrayDataset:
     """MNIST, 70,000 28x28 digits (60k train + 10k test), 10 classes, from ``<root>/MNIST/raw``.
 
@@ -202,7 +202,7 @@ def _read_gzipped_idx(directory: Path, names: Sequence[str]) -> list[torch.Tenso
     return out
 
 
-@DATASETS.register("fashion_mnist", facts=lambda p: DatasetFacts(10, 70000))
+@DATASETS.register("fashion_mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28)))
 def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download: bool = False,
                        system_copy: bool = True) -> ArrayDataset:
     """Fashion-MNIST, 70,000 28x28 images (60k + 10k), 10 classes, from ``<root>/FashionMNIST/raw``, or,
@@ -228,7 +228,7 @@ EMNIST_FACTS = {"balanced": (47, 131600), "byclass": (62, 814255), "bymerge": (4
                 "digits": (10, 280000), "letters": (27, 145600), "mnist": (10, 70000)}
 
 
-@DATASETS.register("emnist", facts=lambda p: DatasetFacts(*EMNIST_FACTS.get(p["split"], (1, None))))
+@DATASETS.register("emnist", facts=lambda p: DatasetFacts(*EMNIST_FACTS.get(p["split"], (1, None)), input_shape=(1, 28, 28)))
 def load_emnist(root: Path = Path("data"), *, split: str = "balanced", transpose: bool = True,
                 normalize="none", download: bool = False) -> ArrayDataset:
     """EMNIST ``split`` (balanced: 112,800 + 18,800 images, 47 classes; byclass 62; bymerge 47; letters 27
@@ -281,7 +281,7 @@ def _pickle_labels(path: Path, key: str) -> np.ndarray:
         return np.asarray(pickle.load(handle, encoding="latin1")[key], dtype=np.int64)
 
 
-@DATASETS.register("cifar10", facts=lambda p: DatasetFacts(10, 60000))
+@DATASETS.register("cifar10", facts=lambda p: DatasetFacts(10, 60000, input_shape=(3, 32, 32)))
 def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool = False,
                  check_md5: bool = True) -> ArrayDataset:
     """CIFAR-10, 60,000 32x32 RGB images (50k + 10k), 10 classes, from ``<root>/cifar-10-batches-py``.
@@ -292,7 +292,7 @@ def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool 
     return _pool((_nchw(train), train.targets), (_nchw(test), test.targets), 10, normalize)
 
 
-@DATASETS.register("cifar100", bounds={"labels": ("fine", "coarse")}, facts=lambda p: DatasetFacts(100 if p["labels"] == "fine" else 20, 60000))
+@DATASETS.register("cifar100", bounds={"labels": ("fine", "coarse")}, facts=lambda p: DatasetFacts(100 if p["labels"] == "fine" else 20, 60000, input_shape=(3, 32, 32)))
 def load_cifar100(root: Path = Path("data"), *, labels: str = "fine", normalize="cifar100", download: bool = False,
                   check_md5: bool = True) -> ArrayDataset:
     """CIFAR-100, 60,000 32x32 RGB images (50k + 10k), from ``<root>/cifar-100-python``.
@@ -319,7 +319,7 @@ def _select_classes(dataset, classes: Sequence[int], first_label: int) -> tuple[
     return np.ascontiguousarray(dataset.data[keep].transpose(0, 3, 1, 2)), relabel[targets[keep]]
 
 
-@DATASETS.register("cifar20_flt", facts=lambda p: DatasetFacts(20, 66000))
+@DATASETS.register("cifar20_flt", facts=lambda p: DatasetFacts(20, 66000, input_shape=(3, 32, 32)))
 def load_cifar20_flt(root: Path = Path("data"), *, normalize="half", download: bool = False,
                      check_md5: bool = True) -> ArrayDataset:
     """FLT's "CIFAR20" (code: "CIFAR110"), the Enc1 encoder set for CIFAR-10: the ten CIFAR-100 classes of
@@ -334,7 +334,7 @@ def load_cifar20_flt(root: Path = Path("data"), *, normalize="half", download: b
     return _pool(parts[0], parts[1], 20, normalize)
 
 
-@DATASETS.register("cifar100_subset20", facts=lambda p: DatasetFacts(20, 12000))
+@DATASETS.register("cifar100_subset20", facts=lambda p: DatasetFacts(20, 12000, input_shape=(3, 32, 32)))
 def load_cifar100_subset20(root: Path = Path("data"), *, normalize="half", download: bool = False,
                            check_md5: bool = True) -> ArrayDataset:
     """FLT's 20-class CIFAR-100 subset (code: "CIFAR100"), the Enc2 encoder set for CIFAR-10: the classes of
@@ -387,7 +387,7 @@ def _decode_rgb(paths: Sequence[Path], desc: str) -> np.ndarray:
     return out if out is not None else np.zeros((0, 3, 64, 64), dtype=np.uint8)
 
 
-@DATASETS.register("tiny_imagenet", facts=lambda p: DatasetFacts(200, 110000))
+@DATASETS.register("tiny_imagenet", facts=lambda p: DatasetFacts(200, 110000, input_shape=(3, 64, 64)))
 def load_tiny_imagenet(root: Path = Path("data"), *, normalize="tiny_imagenet") -> ArrayDataset:
     """Tiny ImageNet, 200 classes of 64x64 RGB images: 100,000 train (``train/<wnid>/images/*.JPEG``) + the
     10,000 official validation images used as the test set (``val/images``, labels in

@@ -55,13 +55,14 @@ def experiment_curves(experiment: dict, algorithms: Sequence[str]) -> list[Curve
 
 
 def load_histories(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
-    """Every run's ``history.csv`` (one row per evaluated round) with the run's cell from its ``metrics.json``."""
+    """Every run's ``history.csv`` (one row per evaluated round) with the run's cell from its
+    ``metrics.json`` and ``diverged_round`` (NaN for a run that did not diverge)."""
     frames = []
     for run_dir in run_dirs:
         run_dir = Path(run_dir)
-        cell = json.loads((run_dir / "metrics.json").read_text())["cell"]
+        metrics = json.loads((run_dir / "metrics.json").read_text())
         history = pd.read_csv(run_dir / "history.csv")
-        frames.append(history.assign(**cell))
+        frames.append(history.assign(**metrics["cell"], diverged_round=metrics.get("diverged_round", np.nan)))
     if not frames:
         raise ValueError("no runs given")
     histories = pd.concat(frames, ignore_index=True)
@@ -92,18 +93,28 @@ def plot_training_curves(
     """Training loss (see :func:`loss_axis`) and test accuracy (%) against round (pFedMT's Figure 2
     layout): one row per dataset x partition x model, one line per curve; lines are means over
     seeds, bands ± one standard deviation.  Curves whose columns the runs lack (e.g. no global
-    model) are skipped."""
+    model) are skipped.  Diverged runs (``diverged_round``) are marked: the curve's label says how
+    many diverged, and a dotted line of its colour stands at the round (every run diverged: the
+    panels hold only those marks)."""
     data = order_rows(histories, orders)
+    if "diverged_round" not in data:
+        data = data.assign(diverged_round=np.nan)
     panels = list(dict.fromkeys(data[PANEL_COLUMNS].itertuples(index=False, name=None)))
     frames = []
     for curve in curves:
         runs = data[data["algorithm"] == curve.algorithm]
-        if curve.accuracy not in runs or runs[curve.accuracy].isna().all():
+        diverged = runs["diverged_round"].notna()
+        if not diverged.any() and (curve.accuracy not in runs or runs[curve.accuracy].isna().all()):
             continue
-        frames.append(runs[PANEL_COLUMNS + ["seed", "round"]].assign(
-            curve=curve.label, accuracy=100 * runs[curve.accuracy], loss=runs.get(curve.loss, np.nan),
+        label = curve.label
+        if diverged.any():
+            seeds = runs[PANEL_COLUMNS + ["seed"]].drop_duplicates()
+            failed = runs.loc[diverged, PANEL_COLUMNS + ["seed"]].drop_duplicates()
+            label = f"{curve.label} ({len(failed)}/{len(seeds)} diverged)"
+        frames.append(runs[PANEL_COLUMNS + ["seed", "round", "diverged_round"]].assign(
+            curve=label, accuracy=100 * runs.get(curve.accuracy, np.nan), loss=runs.get(curve.loss, np.nan),
             round_loss=runs.get("train_loss", np.nan),
-        ))
+        ).replace([np.inf, -np.inf], np.nan))
     if not frames:
         raise ValueError("none of the curves has data in these runs")
     long = pd.concat(frames, ignore_index=True)
@@ -118,11 +129,18 @@ def plot_training_curves(
         subset = long[(long[PANEL_COLUMNS] == pd.Series(panel, index=PANEL_COLUMNS)).all(axis=1)]
         few = subset["round"].nunique() <= 30
         for ax, (metric, label) in zip(row, (loss_axis(subset), ("accuracy", "test accuracy (%)"))):
-            sns.lineplot(
-                data=subset.dropna(subset=[metric]), x="round", y=metric, hue="curve", hue_order=labels, palette=palette,
-                style="curve", style_order=labels, dashes=dashes, errorbar="sd",
-                marker="o" if few else None, markersize=3, ax=ax, legend=False,
-            )
+            drawn = subset.dropna(subset=[metric])
+            if len(drawn):  # nothing where every run diverged before it was scored
+                sns.lineplot(
+                    data=drawn, x="round", y=metric, hue="curve", hue_order=labels, palette=palette,
+                    style="curve", style_order=labels, dashes=dashes, errorbar="sd",
+                    marker="o" if few else None, markersize=3, ax=ax, legend=False,
+                )
+            for curve, at in subset.dropna(subset=["diverged_round"]).groupby("curve")["diverged_round"]:
+                for r in sorted(set(at)):
+                    ax.axvline(r, color=palette[curve], dashes=(1, 2), linewidth=1.5)
+                    ax.annotate(f"diverged (round {r:.0f})", (r, 1), xycoords=("data", "axes fraction"), rotation=90,
+                                va="top", ha="right", fontsize=7, color=palette[curve])
             ax.set(title=" / ".join(panel), xlabel="round", ylabel=label)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)

@@ -9,6 +9,9 @@ rule results_table:
         # every experiment's rows; the report shows each paper's own (rule paper_results_table)
         csv=f"{RESULTS}/tables/results.csv",
         md=f"{RESULTS}/tables/results.md",
+    params:
+        # runs of the experiments only_experiments leaves out, already on disk: merged, not dropped
+        left_out=runs_left_out("metrics.json"),
     log:
         f"{RESULTS}/logs/tables/results.log",
     resources:

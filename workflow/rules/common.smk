@@ -1,14 +1,16 @@
 # Helpers shared by the rule files (cell expansion, output paths, library sources per stage).
 # Functions and constants only; the rules live in the other files.
 
+import functools
 import glob
 import json
 import os
 import re
 
-from fedbench.config import RUN_ONLY_SETTINGS, expand_cells, expand_partitions
-from fedbench.engine.memory import DEFAULT_CPU_BUDGET_MB
-from fedbench.job_memory import PROCESS_MB, train_job_mb
+from fedbench.config import RUN_ONLY_SETTINGS, Cell, expand_cells, expand_partitions, resolve_cell
+from fedbench.cost import cell_cost, device_kind, estimated_shape, runtime_minutes, summary_shape
+from fedbench.engine.memory import MemoryBudgetError
+from fedbench.job_memory import check_one_client_fits
 from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
 
 RESULTS = config["results"]
@@ -41,6 +43,16 @@ def all_partitions(ext):
 def all_runs(name, experiment=None):
     """``name`` (metrics.json, history.csv, clients.csv) of every cell, or of one experiment's cells."""
     return [run_file(cell, name) for cell in CELLS if experiment in (None, cell.experiment)]
+
+
+def runs_left_out(name):
+    """``name`` of the finished runs (on disk now) of the experiments ``only_experiments`` leaves
+    out, so that the results table merges them with this invocation's instead of dropping them."""
+    if config.get("only_experiments") is None:
+        return []
+    current = set(CELLS)
+    every_cell = expand_cells({key: value for key, value in config.items() if key != "only_experiments"})
+    return [run_file(c, name) for c in every_cell if c not in current and os.path.exists(run_file(c, name))]
 
 
 def all_encoders(suffix):
@@ -183,19 +195,53 @@ def cell_settings(wildcards):
     }
 
 
-def train_mem_mb(wildcards, input):
-    """The ``mem_mb`` a training job declares (fedbench.job_memory): the process, the engine's
-    working-memory budget (``training.memory_mb``; on the CPU its default), which chunked training
-    and evaluation never exceed, and every client's model state; the partition's summary (ready
-    before the job runs) gives the number of clients and the input shape."""
-    training = config["experiments"][wildcards.experiment].get("training", {})
-    budget = training.get("memory_mb") or DEFAULT_CPU_BUDGET_MB
-    with open(input.summary) as f:
+def estimate_device():
+    """``cpu`` or ``cuda``: the config's ``device``; for ``auto``, cuda where training jobs request a
+    GPU (the SLURM profile's ``gpu: 1``) or this machine has one."""
+    if config["device"] != "auto":
+        return device_kind(config["device"])
+    train_resources = workflow.resource_settings.overwrite_resources.get("train_cell", {})
+    try:
+        gpus = int(train_resources.get("gpu", 0) or 0)
+    except (TypeError, ValueError):
+        gpus = 0
+    return "cuda" if gpus > 0 else device_kind("auto")
+
+
+@functools.lru_cache(maxsize=None)
+def _train_cost(experiment, dataset, partition, model, algorithm, summary_path):
+    spec = resolve_cell(config, Cell(experiment, dataset, partition, model, algorithm, 0))
+    with open(summary_path) as f:
         summary = json.load(f)
-    if "input_shape" not in summary:  # a partition written before summaries carried the shape
-        return int(PROCESS_MB + budget)
-    model = config["models"][wildcards.model]
-    return train_job_mb(model, summary["input_shape"], summary["num_classes"], summary["num_clients"], budget)
+    if "input_shape" in summary:  # else a partition written before summaries carried the shape
+        shape = summary_shape(summary)
+    else:
+        shape = estimated_shape(spec["dataset"], spec["partition"])
+    device = estimate_device()
+    try:
+        check_one_client_fits(spec["model"], shape, spec["training"], device)
+    except MemoryBudgetError as error:
+        raise WorkflowError(f"experiments.{experiment}, {dataset}/{partition}/{model}: {error}") from None
+    return cell_cost(spec, shape, device)
+
+
+def train_cost(wildcards, input):
+    """The cost model's estimate for a training job (fedbench.cost): its work from the cell and its
+    partition's summary (ready before the job runs), its time from the measured throughputs of
+    the model's family on the config's device (config/throughputs.yaml), its memory
+    (fedbench.job_memory).  A budget too small for one client stops the workflow here, before the job."""
+    w = wildcards
+    return _train_cost(w.experiment, w.dataset, w.partition, w.model, w.algorithm, input.summary)
+
+
+def train_mem_mb(wildcards, input):
+    """``mem_mb`` of a training job: process, working budget, every client's model state, the dataset."""
+    return train_cost(wildcards, input).mem_mb
+
+
+def train_runtime(wildcards, input, attempt):
+    """``runtime`` (minutes) of a training job: the safety factor x the estimate x the attempt."""
+    return runtime_minutes(train_cost(wildcards, input), attempt)
 
 
 def encoder_settings(wildcards):
@@ -205,8 +251,9 @@ def encoder_settings(wildcards):
 
 
 # ---- library sources --------------------------------------------------------------
-# Partitions, encoders and training runs do NOT depend on the library's files: each records the
-# provenance of its code (fedbench.provenance), finished results stay when code changes, and
+# Partitions, encoders and training runs do NOT depend on the library's files nor on their rule
+# scripts: each records the provenance of its code and script (fedbench.provenance), finished
+# results stay when code changes, and
 # `python -m fedbench.provenance` / `make rerun-stale` list and rerun the out-of-date ones.
 # Tables and figures are cheap and are remade when their code changes.
 
@@ -217,6 +264,11 @@ def library_sources(*patterns):
     return sorted({path for pattern in patterns for path in glob.glob(os.path.join(root, pattern), recursive=True)})
 
 
+STAGE_SCRIPTS = ("partition.py", "pretrain_encoder.py", "train.py")  # provenance tracks these
+
+
 def results_sources():
-    """Tables and figures."""
-    return library_sources("fedbench/results/**/*.py")
+    """Tables and figures: their library code and their rule scripts (an input each, so an edit
+    redraws them: the workflow profile leaves Snakemake's ``code`` trigger off)."""
+    scripts = [path for path in library_sources("workflow/scripts/*.py") if os.path.basename(path) not in STAGE_SCRIPTS]
+    return library_sources("fedbench/results/**/*.py") + scripts

@@ -4,7 +4,7 @@
 rule train_cell:
     input:
         partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
-        summary=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",  # sizes mem_mb
+        summary=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",  # sizes mem_mb and runtime
         encoder=encoder_inputs,
     output:
         metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
@@ -18,8 +18,9 @@ rule train_cell:
         f"{RESULTS}/benchmarks/train/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}.tsv"
     threads: 1
     resources:
+        # from the cost model (fedbench/cost.py, config/throughputs.yaml); README "Cost and resources"
         mem_mb=train_mem_mb,
-        runtime=60,
+        runtime=train_runtime,
     conda:
         "../../envs/fedbench.yaml"
     script:

@@ -1,4 +1,5 @@
-"""Rule ``results_table``: mean ± std over seeds of every cell, as CSV and Markdown."""
+"""Rule ``results_table``: mean ± std over seeds of every cell, as CSV and Markdown; with
+``only_experiments``, the finished runs of the other experiments are merged in."""
 
 from common import config_orders, log_to, use_threads
 
@@ -8,5 +9,6 @@ use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the core
 
 from fedbench.results.tables import write_tables  # noqa: E402
 
-summary = write_tables(smk.input.metrics, smk.output.csv, smk.output.md, orders=config_orders(smk.config))
-print(f"{len(summary)} rows from {len(smk.input.metrics)} runs")
+runs = [*smk.input.metrics, *smk.params.left_out]  # this invocation's cells and the other experiments' on disk
+summary = write_tables(runs, smk.output.csv, smk.output.md, orders=config_orders(smk.config))
+print(f"{len(summary)} rows from {len(runs)} runs ({len(smk.params.left_out)} of experiments outside only_experiments)")

@@ -1,0 +1,243 @@
+"""What one training cell costs: its FLOPs, its run time on a device, its host memory.
+
+A cell's work is counted, not guessed: the model's FLOPs per sample come from
+``torch.utils.flop_counter.FlopCounterMode`` on the ``meta`` device (forward + backward for
+training, forward for evaluation), and the samples it processes from the cell:
+
+* training: rounds x participating clients x the samples each processes in a round (epochs x
+  its samples, times the models it trains; or minibatch steps x batch: :func:`local_samples`);
+* evaluation: every ``eval_every`` rounds the test and validation rows, scored by a personal and
+  a global model (:data:`EVALUATED_MODELS`; a global test set counts its distinct rows once, as
+  the shared-model path scores them); every ``train_eval_every`` rounds the training samples.
+
+Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device, from
+``config/throughputs.yaml`` (``benchmarks/throughputs.py`` refreshes it), plus a fixed per-job
+overhead; a job requests ``safety_factor`` x that.  Where the file has no measured figure for
+a family on a device, the device's ``assumed`` throughput stands in and the estimate is
+reported as uncalibrated.
+
+The cell's shape (clients, samples, input shape) comes from its partition's summary once it
+exists, else is estimated from the dataset's registered facts (:func:`estimated_shape`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+THROUGHPUTS = Path(__file__).resolve().parents[1] / "config" / "throughputs.yaml"
+MB = 2**20
+
+# model architecture -> the family whose measured throughput it uses (the benchmark's families)
+FAMILIES = {
+    "mlr": "mlp", "mlp": "mlp", "mlp_dropout": "mlp",
+    "fedavg_cnn": "fedavg_cnn", "fedmr_cnn": "fedavg_cnn", "lenet_cifar": "fedavg_cnn", "pfedme_cnn": "fedavg_cnn",
+    "small_cnn": "fedavg_cnn", "convae": "fedavg_cnn",
+    "leaf_cnn": "leaf_cnn", "fedmr_femnist_cnn": "leaf_cnn",
+    "resnet9": "resnet9", "resnet20": "resnet20", "vgg16": "vgg16",
+}
+EVALUATED_MODELS = 2  # each client's test rows are scored by its personal and the global model
+FEMNIST_SAMPLES_PER_WRITER = 227  # LEAF FEMNIST: 805,263 samples of 3,550 writers (35 shards)
+FEMNIST_WRITERS_PER_SHARD = 3550 / 35
+GLOBAL_TEST_SHARE = 1 / 6  # an official test set (MNIST, CIFAR: 10,000 of 60,000-70,000)
+SYNTHETIC_SAMPLES_PER_USER = 2265  # pFedMe's Synthetic: (E[floor(lognormal(4, 2))] + 50) x 5
+
+
+# ---- the model ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    train_flops: float  # one sample's forward + backward (weight and activation gradients)
+    eval_flops: float  # one sample's forward
+    state_bytes: int  # parameters + buffers of one model
+
+
+@functools.lru_cache(maxsize=64)
+def _model_cost(spec_json: str, input_shape: tuple[int, ...], num_classes: int) -> ModelCost:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedbench.models import build_model
+
+    with torch.device("meta"):
+        model = build_model(json.loads(spec_json), input_shape, num_classes)
+    model.train()
+    x = torch.empty(2, *input_shape, device="meta")  # 2 samples: BatchNorm1d needs more than one
+    y = torch.zeros(2, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as forward:
+        torch.nn.functional.cross_entropy(model(x), y)
+    with FlopCounterMode(display=False) as both:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    state = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    return ModelCost(both.get_total_flops() / 2, forward.get_total_flops() / 2, state)
+
+
+def model_cost(spec: dict, input_shape, num_classes: int) -> ModelCost:
+    """FLOPs per sample and bytes of the model ``spec`` (built on the meta device: no memory, no compute)."""
+    return _model_cost(json.dumps(spec, sort_keys=True), tuple(input_shape), num_classes)
+
+
+# ---- the cell's shape -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellShape:
+    """What the cost of a cell depends on besides its settings; ``estimated``: from dataset facts,
+    before the partition exists."""
+
+    num_clients: int
+    train_samples: int  # over all clients
+    eval_samples: int  # test + validation rows over all clients
+    largest_client: int  # training samples of the largest client (its effective batch)
+    input_shape: tuple[int, ...]
+    num_classes: int
+    dataset_samples: int  # rows the job holds in memory
+    estimated: bool = False
+
+
+def summary_shape(summary: dict) -> CellShape:
+    """The shape recorded in a partition's summary ``.json`` (a global test set, which every client
+    lists, counts once: a model shared by the clients scores each distinct row once)."""
+    sizes = summary["train_client_sizes"]
+    test = summary.get("test_samples", 0)
+    if summary.get("spec", {}).get("test_set") == "global":
+        test //= max(summary["num_clients"], 1)
+    evaluated = test + summary.get("val_samples", 0)
+    return CellShape(
+        num_clients=summary["num_clients"], train_samples=sum(sizes), eval_samples=evaluated,
+        largest_client=max(sizes, default=0), input_shape=tuple(summary["input_shape"]),
+        num_classes=summary["num_classes"], dataset_samples=sum(sizes) + evaluated,
+    )
+
+
+def estimated_shape(dataset: dict, partition: dict) -> CellShape:
+    """The shape of a partition before it exists: clients from the partition entry (or its
+    partitioner's default, or the dataset's users), samples from the dataset's registered facts
+    (FEMNIST and Synthetic, whose sizes depend on files or draws: their typical sizes per user)."""
+    from fedbench.data import DATASETS, PARTITIONERS
+    from fedbench.data.partition import COMMON_KEYS
+    from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
+
+    source = dataset["source"]
+    params = DATASETS.with_defaults(source, {k: v for k, v in dataset.items() if k not in DATASET_KEYS})
+    facts = DATASETS.extra(source, "facts")(params)
+    kind_params = PARTITIONERS.with_defaults(partition["kind"], {k: v for k, v in partition.items() if k not in COMMON_KEYS})
+    clients = kind_params.get("num_clients") or kind_params.get("num_users") or facts.num_users
+    samples = facts.num_samples
+    if samples is None and source == "femnist":
+        writers = facts.num_users or FEMNIST_WRITERS_PER_SHARD * len(params.get("shards") or range(35))
+        samples, clients = int(writers * FEMNIST_SAMPLES_PER_WRITER), clients or int(writers)
+    elif samples is None:
+        samples = (facts.num_users or clients or 1) * SYNTHETIC_SAMPLES_PER_USER
+    if kind_params.get("samples_per_client") and clients:
+        samples = min(samples, clients * kind_params["samples_per_client"])
+    clients = int(clients or 1)
+    held_out = partition.get("test_fraction", 0.25) + partition.get("val_fraction", 0.0)
+    if partition.get("test_set") == "global":
+        held_out = GLOBAL_TEST_SHARE
+    train = int(samples * (1 - held_out))
+    return CellShape(
+        num_clients=clients, train_samples=train, eval_samples=samples - train,
+        largest_client=max(1, 2 * train // clients),  # a skewed partition's largest client: twice the mean
+        input_shape=tuple(facts.input_shape or (1,)), num_classes=facts.num_classes,
+        dataset_samples=samples, estimated=True,
+    )
+
+
+# ---- the cell's work, time and memory -------------------------------------------------------
+
+
+def local_passes(algorithm: dict, training: dict) -> float:
+    """Epochs one participating client runs per round over its training set: ``local_epochs``,
+    times the models it trains (Ditto: global and personal; FedRep: head then body epochs;
+    FeMAM: one per level of its structure)."""
+    method = algorithm["method"]
+    epochs = training["local_epochs"]
+    if method == "fedrep":
+        epochs = algorithm.get("head_epochs", 1) + algorithm.get("body_epochs", epochs)
+    if method == "ditto":
+        epochs *= 2
+    if method == "femam":
+        epochs *= len(algorithm.get("structure", [None] * 5))
+    return float(epochs)
+
+
+def local_samples(algorithm: dict, training: dict, shape: CellShape) -> float:
+    """Training samples one participating client processes per round (forward + backward each):
+    minibatch steps x the effective batch for the step-counted algorithms (``local_steps`` x
+    ``inner_steps``: pFedMe, FedAvg as pFedMe runs it; ``team_iterations`` x ``local_iterations``:
+    pFedMT), else :func:`local_passes` x the mean client's samples."""
+    mean_client = shape.train_samples / max(shape.num_clients, 1)
+    steps = algorithm.get("local_steps", 0) * algorithm.get("inner_steps", 1)
+    steps = steps or algorithm.get("team_iterations", 0) * algorithm.get("local_iterations", 0)
+    if steps:
+        return steps * max(1, min(training["batch_size"], int(mean_client)))
+    return local_passes(algorithm, training) * mean_client
+
+
+@dataclass(frozen=True)
+class CellCost:
+    train_flops: float
+    eval_flops: float
+    family: str
+    seconds: float  # estimated run time, before the safety factor
+    calibrated: bool  # the family's throughput on the device was measured
+    mem_mb: int
+
+
+def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
+    """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it."""
+    training = spec["training"]
+    cost = model_cost(spec["model"], shape.input_shape, shape.num_classes)
+    rounds = training["rounds"]
+    participants = training["participation"] * shape.num_clients
+    trained = rounds * participants * local_samples(spec["algorithm"], training, shape)
+    evaluations = math.ceil(rounds / training["eval_every"])
+    train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else evaluations
+    scored = evaluations * EVALUATED_MODELS * shape.eval_samples + train_evaluations * shape.train_samples
+    return trained * cost.train_flops, scored * cost.eval_flops
+
+
+@functools.lru_cache(maxsize=4)
+def _load_throughputs(path: str) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def throughputs(path: Path | str = THROUGHPUTS) -> dict:
+    """The throughput file: ``safety_factor``, ``job_overhead_s`` and per device ``assumed`` and per-family figures."""
+    return _load_throughputs(str(path))
+
+
+def device_kind(device: str) -> str:
+    """``cpu`` or ``cuda`` for a config's ``device`` (``auto``: what this machine would use)."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = None) -> CellCost:
+    """Work, estimated seconds (before the safety factor) and host memory of one cell on ``device`` (cpu or cuda)."""
+    from fedbench.job_memory import cell_job_mb
+
+    table = table or throughputs()
+    family = FAMILIES.get(spec["model"]["arch"], "fedavg_cnn")
+    figures = table[device].get("families", {}).get(family)
+    calibrated = figures is not None
+    rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
+    train, evaluate = cell_work(spec, shape)
+    seconds = table["job_overhead_s"] + train / rate["train"] + evaluate / rate["eval"]
+    mem = cell_job_mb(spec["model"], shape, spec["training"])
+    return CellCost(train, evaluate, family, seconds, calibrated, mem)
+
+
+def runtime_minutes(cost: CellCost, attempt: int = 1, table: dict | None = None) -> int:
+    """The ``runtime`` a job requests: ``safety_factor`` x the estimate, x the attempt (a job
+    resubmitted after its time limit resumes from its checkpoint and gets longer)."""
+    table = table or throughputs()
+    return max(1, math.ceil(table["safety_factor"] * attempt * cost.seconds / 60))

@@ -1,0 +1,127 @@
+"""The cost model on cells computed by hand: FLOPs and bytes of tiny models, the work of a run,
+its time from a throughput table, its memory, and the planning-time budget check."""
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedbench.config import TRAINING_DEFAULTS, ConfigError, check_config
+from fedbench.cost import CellShape, cell_cost, cell_work, estimated_shape, local_passes, local_samples, model_cost, runtime_minutes
+from fedbench.engine.memory import MemoryBudgetError
+from fedbench.job_memory import check_one_client_fits
+
+MLR = {"arch": "mlr"}  # Linear(4, 3)
+MLP = {"arch": "mlp", "hidden": [5]}  # Linear(4, 5) - ReLU - Linear(5, 3)
+TABLE = {"safety_factor": 2.0, "job_overhead_s": 60, "cpu": {"assumed": 10.0, "families": {"mlp": {"train": 1000.0, "eval": 100.0}}}}
+
+
+def test_flops_and_bytes_of_tiny_models_by_hand():
+    # MLR: forward 2*4*3 = 24 FLOPs a sample; backward only the weight gradient (the input needs none): 24
+    assert model_cost(MLR, (4,), 3).eval_flops == 24
+    assert model_cost(MLR, (4,), 3).train_flops == 48
+    assert model_cost(MLR, (4,), 3).state_bytes == (12 + 3) * 4
+    # MLP: forward 2*(4*5 + 5*3) = 70; backward: layer 1 weight 2*4*5 = 40, layer 2 weight 2*5*3 = 30
+    # and its input 2*5*3 = 30 -> 100; 170 in all.  (20 + 5 + 15 + 3) parameters of 4 bytes
+    cost = model_cost(MLP, (4,), 3)
+    assert (cost.eval_flops, cost.train_flops, cost.state_bytes) == (70, 170, 43 * 4)
+
+
+def spec(algorithm=None, **training):
+    return {"model": MLR, "algorithm": algorithm or {"method": "fedavg"},
+            "training": {**TRAINING_DEFAULTS, "rounds": 10, "participation": 0.5, "local_epochs": 2, "eval_every": 5,
+                         "memory_mb": 100, **training}}
+
+
+SHAPE = CellShape(num_clients=10, train_samples=1000, eval_samples=200, largest_client=150, input_shape=(4,),
+                  num_classes=3, dataset_samples=1200)
+
+
+def test_work_time_and_memory_of_a_cell_by_hand():
+    # training: 10 rounds x 0.5 participation x 2 epochs x 1000 samples x 48 FLOPs = 480,000
+    # evaluation: 2 evaluations x (2 models x 200 test rows + 1000 training rows) x 24 FLOPs = 67,200
+    assert cell_work(spec(), SHAPE) == (480_000, 67_200)
+    cost = cell_cost(spec(), SHAPE, "cpu", TABLE)
+    assert cost.family == "mlp" and cost.calibrated
+    assert cost.seconds == 60 + 480_000 / 1000 + 67_200 / 100  # 1,212 s
+    assert runtime_minutes(cost, 1, TABLE) == math.ceil(2 * 1212 / 60) == 41
+    assert runtime_minutes(cost, 2, TABLE) == 81  # the second attempt (after a time limit) gets twice as long
+    # mem: process 2000 + budget 100 + 3 copies x 10 clients x 60 B + 1200 rows x 4 floats x 4 B, in MiB, rounded up
+    assert cost.mem_mb == math.ceil(2000 + 100 + (3 * 10 * 60 + 1200 * 16) / 2**20) == 2101
+
+
+def test_train_evaluation_cadence_and_unmeasured_families():
+    # train_eval_every 10: one training-set evaluation instead of two -> 2 x 400 x 24 + 1 x 1000 x 24
+    assert cell_work(spec(train_eval_every=10), SHAPE)[1] == 19_200 + 24_000
+    resnet = {**spec(), "model": {"arch": "resnet20"}}
+    shape = CellShape(10, 1000, 200, 150, (3, 32, 32), 10, 1200)
+    cost = cell_cost(resnet, shape, "cpu", TABLE)
+    assert not cost.calibrated and cost.seconds == pytest.approx(60 + (cost.train_flops + cost.eval_flops) / 10.0)
+
+
+def test_local_passes_of_the_algorithms():
+    training = {**TRAINING_DEFAULTS, "local_epochs": 2, "batch_size": 20}
+    assert local_passes({"method": "fedavg"}, training) == 2
+    assert local_passes({"method": "ditto"}, training) == 4  # global and personal model
+    assert local_passes({"method": "fedrep", "head_epochs": 2, "body_epochs": 3}, training) == 5
+    assert local_passes({"method": "femam"}, training) == 10  # five levels
+    assert local_passes({"method": "femam", "structure": ["global", "personal"]}, training) == 4
+    # step-counted: pFedMe's 20 local x 5 inner steps of batch 20; pFedMT's 30 team x 20 local iterations
+    # at the mean client's 15 rows (150 samples over 10 clients: the batch of 20 is capped at 15)
+    assert local_samples({"method": "pfedme", "local_steps": 20, "inner_steps": 5}, training, SHAPE) == 20 * 5 * 20
+    small = CellShape(10, 150, 20, 30, (4,), 3, 170)
+    assert local_samples({"method": "pfedmt", "team_iterations": 30, "local_iterations": 20}, training, small) == 30 * 20 * 15
+    assert local_samples({"method": "ditto"}, training, SHAPE) == 4 * 100  # 4 passes over the mean client's 100
+
+
+def test_estimated_shape_from_the_dataset_facts():
+    shape = estimated_shape({"source": "digits"}, {"kind": "dirichlet", "alpha": 0.5, "num_clients": 4, "test_fraction": 0.25})
+    # 1,797 samples, a quarter held out: int(1797 * 0.75) = 1347 train, 450 evaluated
+    assert (shape.num_clients, shape.train_samples, shape.eval_samples, shape.input_shape) == (4, 1347, 450, (1, 8, 8))
+    assert shape.estimated and shape.largest_client == 2 * 1347 // 4
+    femam = estimated_shape({"source": "cifar100"}, {"kind": "femam_cluster", "classes_per_cluster": 30})
+    assert femam.num_clients == 50 and femam.input_shape == (3, 32, 32)  # the partitioner's default clients
+
+
+def test_a_budget_too_small_for_one_client_names_both_figures():
+    # one client of 150 rows at batch 10: 2 weight copies (60 B) + twice a batch of the activations
+    # (input 16 B, flattened 16 B, logits 12 B) = 120 + 2 x 44 x 10 = 1,000 B
+    training = {**TRAINING_DEFAULTS, "batch_size": 10, "memory_mb": 600 / 2**20}
+    with pytest.raises(MemoryBudgetError, match=r"memory_mb = 0.000572 MB is too small for one client: one client needs 0.000954 MB \(batch 10"):
+        check_one_client_fits(MLR, SHAPE, training, "cpu")
+    check_one_client_fits(MLR, SHAPE, {**training, "memory_mb": 1000 / 2**20}, "cpu")  # 1,000 B fit in 1,000
+    # a huge batch_size is the largest client's 150 rows: 120 + 2 x 44 x 150 = 13,320 B
+    with pytest.raises(MemoryBudgetError, match=r"needs 0.0127 MB \(batch 150"):
+        check_one_client_fits(MLR, SHAPE, {**training, "batch_size": 10**9, "memory_mb": 8000 / 2**20}, "cpu")
+
+
+def test_a_budget_too_small_stops_the_config_before_any_job():
+    config = {
+        "results": "unused", "device": "cpu", "seeds": [0],
+        "datasets": {"digits": {"source": "digits"}},
+        "partitions": {"iid": {"kind": "iid", "num_clients": 4, "test_fraction": 0.25}},
+        "models": {"mlr": {"arch": "mlr"}}, "algorithms": {"fedavg": {"method": "fedavg"}},
+        "experiments": {"tiny": {"training": {"batch_size": 20, "memory_mb": 0.0001},
+                                 "grid": [{"datasets": ["digits"], "partitions": ["iid"], "models": ["mlr"], "algorithms": ["fedavg"]}]}},
+    }
+    # MLR 64 -> 10 (2,600 B) at batch 20: 2 x 2,600 + 2 x (256 + 256 + 40) x 20 = 27,280 B = 0.0260 MB
+    with pytest.raises(ConfigError, match=r"experiments.tiny.grid\[0\] \(digits/iid/mlr\): training.memory_mb = 0.0001 MB .* one client needs 0.026 MB \(batch 20"):
+        check_config(config)
+    config["experiments"]["tiny"]["training"]["memory_mb"] = 0.03
+    check_config(config)
+
+
+def test_cost_command_counts_the_jobs_and_marks_uncalibrated_gpu_figures(tmp_path, capsys):
+    from fedbench.cost_report import config_costs, main
+
+    config_file = Path(__file__).parent / "data" / "tiny_config.yaml"
+    assert main([str(config_file)]) == 0
+    out = capsys.readouterr().out
+    # 2 partitions x 2 algorithms x 1 seed = 4 training jobs; 2 partition jobs
+    assert "tiny_config.yaml: 4 training jobs (+ 2 partition jobs)" in out
+    assert "H100-class GPU (uncalibrated*)" in out  # no GPU figure measured for the MLP family
+    costs = config_costs(yaml.safe_load(config_file.read_text()))["tiny"]
+    assert costs["jobs"] == 4 and costs["calibrated"]["cuda"] is False
+    # four cells of 60 s overhead each at least, and FLOPs of a few seconds: 4 x 60 s < total < 4 x 120 s
+    assert 4 * 60 / 3600 < costs["hours"]["cpu"] < 4 * 120 / 3600

@@ -1,6 +1,9 @@
 # make run           the default suite (config/config.yaml; CONFIG=other.yaml for another) and its HTML report
 # make test          the test suite
 # make unlock        remove the lock a killed run left behind (see README, "Troubleshooting")
+# make cost          training jobs, CPU-hours and GPU-hours per experiment of CONFIG, before any job (fedbench/cost_report.py)
+# make bench-gpu     engine benchmark of every model family at the papers' client counts on the GPU; refreshes
+#                    config/throughputs.yaml (bench-cpu: a few clients on the CPU; BENCH_ARGS="--size tiny" to try it)
 # make stale         list finished cells whose code changed since they ran (ALGORITHM=name: one algorithm)
 # make rerun-stale   rerun exactly those cells (and the tables)
 # make mutation      mutation testing of the library's core with mutmut (docs/mutation.md: 15-40 minutes per
@@ -23,7 +26,7 @@ CONFIG ?= config/config.yaml
 CONFIGS := config/config.yaml $(filter-out config/config.yaml,$(CONFIG))
 RUN_LOG := .snakemake/log/make_run.txt
 
-.PHONY: run test report unlock stale rerun-stale clean-results slurm-local mutation
+.PHONY: run test report unlock stale rerun-stale clean-results slurm-local mutation cost bench-gpu bench-cpu
 
 # On failure, a lock left by a killed run gets a plain explanation instead of Snakemake's exception.
 run: $(STAMP)
@@ -42,10 +45,28 @@ run: $(STAMP)
 unlock: $(STAMP)
 	$(BIN)/snakemake --unlock --configfile $(CONFIG)
 
+cost: $(STAMP)
+	$(BIN)/python -m fedbench.cost_report $(CONFIG)
+
+bench-gpu: $(STAMP)
+	$(BIN)/python benchmarks/throughputs.py --device cuda --size paper $(BENCH_ARGS)
+
+bench-cpu: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/throughputs.py --device cpu --size cpu --threads 1 $(BENCH_ARGS)
+
 stale: $(STAMP)
 	$(BIN)/python -m fedbench.provenance --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM))
 
-rerun-stale: $(STAMP)
+rerun-cost: $(STAMP)
+	$(BIN)/python -m fedbench.cost_report $(CONFIG)
+
+bench-gpu: $(STAMP)
+	$(BIN)/python benchmarks/throughputs.py --device cuda --size paper $(BENCH_ARGS)
+
+bench-cpu: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/throughputs.py --device cpu --size cpu --threads 1 $(BENCH_ARGS)
+
+stale: $(STAMP)
 	@stale="$$($(BIN)/python -m fedbench.provenance --paths --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM)))" \
 	  || exit 1; \
 	if [ -z "$$stale" ]; then echo "nothing out of date"; exit 0; fi; \

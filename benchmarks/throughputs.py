@@ -1,0 +1,124 @@
+"""Measure the engine for every model family and refresh the cost model's throughputs.
+
+For each family (MLP, FedAvg CNN, LEAF CNN, ResNet-9, ResNet-20, VGG-16) this runs
+``benchmarks/engine_round.py`` (vectorised engine vs reference loop vs DataLoader loop, training
+and evaluation, interleaved, medians) at a size, converts the vectorised engine's times into
+FLOP/s with the model's FLOPs per sample (``fedbench.cost.model_cost``), and writes them under the
+device's ``families`` in ``config/throughputs.yaml`` (the file ``fedbench.cost`` reads), with the
+setting, the date and the speed-ups.  ``--size paper`` is the papers' client counts (for a GPU:
+``make bench-gpu``), ``cpu`` a few clients (what a shared CPU measures in minutes: ``make
+bench-cpu``), ``tiny`` the smallest run (tests; its figures mean nothing and it never writes
+unless ``--output`` names a file).
+
+    python benchmarks/throughputs.py --device cuda --size paper
+    python benchmarks/throughputs.py --device cpu --size cpu --threads 2
+    python benchmarks/throughputs.py --device cpu --size tiny --families mlp --output /tmp/t.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fedbench.cost import THROUGHPUTS, device_kind, model_cost  # noqa: E402
+
+# family -> (engine_round --model, input shape, classes); the cost model maps architectures to these
+FAMILIES = {
+    "mlp": ("mlp", (784,), 10),
+    "fedavg_cnn": ("fedavg_cnn", (1, 28, 28), 10),
+    "leaf_cnn": ("leaf_cnn", (1, 28, 28), 10),
+    "resnet9": ("resnet9", (3, 32, 32), 10),
+    "resnet20": ("resnet20", (3, 32, 32), 10),
+    "vgg16": ("vgg16", (3, 32, 32), 10),
+}
+# size -> family -> (clients, samples per client, batch, test samples per client, repeats, warm-up)
+SIZES = {
+    # the papers' settings: FedAvg's 20 clients x 600 at batch 10 (MLP, CNNs), FeMAM's 50 x 900 at
+    # batch 32 (ResNet-9), FedMR's 10 sampled clients x 500 at batch 50 (ResNet-20, VGG-16)
+    "paper": {"mlp": (20, 600, 10, 100, 7, 2), "fedavg_cnn": (20, 600, 10, 100, 5, 2), "leaf_cnn": (20, 600, 10, 100, 5, 2),
+              "resnet9": (50, 900, 32, 100, 3, 1), "resnet20": (10, 500, 50, 100, 3, 1), "vgg16": (10, 500, 50, 100, 3, 1)},
+    "cpu": {"mlp": (20, 600, 10, 100, 3, 1), "fedavg_cnn": (4, 100, 10, 50, 3, 1), "leaf_cnn": (4, 100, 10, 50, 3, 1),
+            "resnet9": (4, 64, 32, 32, 3, 1), "resnet20": (2, 50, 50, 25, 3, 1), "vgg16": (2, 50, 50, 25, 3, 1)},
+    "tiny": {name: (2, 8, 4, 4, 1, 0) for name in FAMILIES},
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    p.add_argument("--size", default="paper", choices=sorted(SIZES))
+    p.add_argument("--families", default=",".join(FAMILIES), help="comma-separated subset of: " + ", ".join(FAMILIES))
+    p.add_argument("--threads", type=int, default=None, help="torch threads in each benchmark")
+    p.add_argument("--skip", default="", help="engine_round --skip (e.g. reference: the slow per-client loop)")
+    p.add_argument("--output", default=None, help=f"throughput file to update (default {THROUGHPUTS.relative_to(REPO)}; "
+                                                  "--size tiny writes only with this)")
+    return p.parse_args(argv)
+
+
+def run_family(family: str, size: str, device: str, threads: int | None, skip: str) -> dict:
+    """One engine_round run of ``family``; its JSON result."""
+    model, _, classes = FAMILIES[family]
+    clients, samples, batch, test, repeats, warmup = SIZES[size][family]
+    command = [sys.executable, str(REPO / "benchmarks" / "engine_round.py"), "--device", device, "--model", model,
+               "--clients", str(clients), "--samples", str(samples), "--batch-size", str(batch), "--classes", str(classes),
+               "--eval", "--test-samples", str(test), "--repeats", str(repeats), "--warmup", str(warmup)]
+    command += ["--threads", str(threads)] if threads else []
+    command += ["--skip", skip] if skip else []
+    process = subprocess.run(command, capture_output=True, text=True, check=False)
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr[-3000:]}")
+    return json.loads(process.stdout.strip().splitlines()[-1])
+
+
+def throughput(family: str, result: dict) -> dict:
+    """FLOP/s of the vectorised engine's training and evaluation in ``result``."""
+    _, shape, classes = FAMILIES[family]
+    cost = model_cost({"arch": "mlp", "hidden": [200]} if family == "mlp" else {"arch": FAMILIES[family][0]}, shape, classes)
+    ms = result["ms_per_round"]
+    trained = result["clients"] * result["samples"] * result["epochs"] * cost.train_flops
+    scored = result["clients"] * result["test_samples"] * cost.eval_flops
+    return {
+        "train": float(f"{trained / (ms['vectorised'] / 1000):.4g}"),
+        "eval": float(f"{scored / (ms['eval_vectorised'] / 1000):.4g}"),
+        "measured": f"{datetime.date.today()}, {result['device']}, torch {result['torch']}, {result['threads']} threads",
+        "setting": f"{result['clients']} clients x {result['samples']} samples, batch {result['batch_size']}, "
+                   f"{result['test_samples']} test samples each, median of {result['repeats']}",
+        "ms_per_round": result["ms_per_round"],
+        "speedup_vs": result.get("speedup_vs", {}),
+        "eval_speedup": result.get("eval_speedup"),
+    }
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    kind = device_kind(args.device)
+    output = Path(args.output) if args.output else (None if args.size == "tiny" else THROUGHPUTS)
+    measured = {}
+    for family in filter(None, args.families.split(",")):
+        result = run_family(family, args.size, args.device, args.threads, args.skip)
+        result["test_samples"] = SIZES[args.size][family][3]
+        measured[family] = throughput(family, result)
+        row = measured[family]
+        print(f"{family:>10}: train {row['train'] / 1e9:8.2f} GFLOP/s, eval {row['eval'] / 1e9:8.2f} GFLOP/s; "
+              f"ms/round {row['ms_per_round']}; DataLoader/vectorised {row['speedup_vs'].get('dataloader', '-')}x", flush=True)
+    if output is None:
+        return 0
+    table = yaml.safe_load(output.read_text()) if output.exists() else {}
+    table.setdefault(kind, {}).setdefault("families", {}).update(measured)
+    header = "".join(line + "\n" for line in output.read_text().splitlines() if line.startswith("#")) if output.exists() else ""
+    output.write_text(header + yaml.safe_dump(table, sort_keys=False, width=120))
+    print(f"{len(measured)} families written to {output} under {kind}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

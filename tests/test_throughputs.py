@@ -1,0 +1,44 @@
+"""The GPU-figures command (``make bench-gpu``) built and run on the CPU at its tiny size: every way
+timed, FLOP/s derived from the model's FLOPs, the throughput file updated in place."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "throughputs.py"
+
+
+@pytest.fixture(scope="module")
+def throughputs_script():
+    spec = importlib.util.spec_from_file_location("bench_throughputs", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_family_has_the_papers_size(throughputs_script):
+    sizes = throughputs_script.SIZES["paper"]
+    assert set(sizes) == set(throughputs_script.FAMILIES) == {"mlp", "fedavg_cnn", "leaf_cnn", "resnet9", "resnet20", "vgg16"}
+    assert sizes["fedavg_cnn"][:3] == (20, 600, 10)  # FedAvg: 20 clients x 600 images, batch 10
+    assert sizes["resnet9"][:3] == (50, 900, 32)  # FeMAM: 50 clients x ~900 images, batch 32
+    assert sizes["resnet20"][:3] == sizes["vgg16"][:3] == (10, 500, 50)  # FedMR: 10 sampled clients x 500, batch 50
+
+
+def test_tiny_run_refreshes_only_its_family(throughputs_script, tmp_path):
+    output = tmp_path / "throughputs.yaml"
+    output.write_text("# kept header\nsafety_factor: 2.0\ncpu:\n  assumed: 1.0\n  families:\n    vgg16: {train: 5.0, eval: 6.0}\n")
+    assert throughputs_script.main(["--device", "cpu", "--size", "tiny", "--families", "mlp", "--output", str(output)]) == 0
+    assert output.read_text().startswith("# kept header\n")
+    table = yaml.safe_load(output.read_text())
+    assert table["safety_factor"] == 2.0 and table["cpu"]["assumed"] == 1.0
+    assert table["cpu"]["families"]["vgg16"] == {"train": 5.0, "eval": 6.0}  # another family's figures stay
+    mlp = table["cpu"]["families"]["mlp"]
+    assert set(mlp["ms_per_round"]) == {"vectorised", "reference", "dataloader", "eval_vectorised", "eval_loop"}
+    # 784-200-10 MLP: 639,200 FLOPs a training sample, 317,600 an evaluated one (tests/test_cost.py's
+    # counting); 2 clients x 8 samples trained, 2 x 4 scored per round
+    ms = mlp["ms_per_round"]
+    assert mlp["train"] == pytest.approx(2 * 8 * 639_200 / (ms["vectorised"] / 1000), rel=2e-3)
+    assert mlp["eval"] == pytest.approx(2 * 4 * 317_600 / (ms["eval_vectorised"] / 1000), rel=2e-3)
+    assert "2 clients x 8 samples, batch 4" in mlp["setting"]

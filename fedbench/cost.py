@@ -12,7 +12,8 @@ training, forward for evaluation), and the samples it processes from the cell:
 
 Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device, from
 ``config/throughputs.yaml`` (``benchmarks/throughputs.py`` refreshes it), plus a fixed per-job
-overhead; a job requests ``safety_factor`` x that.  Where the file has no measured figure for
+overhead and a per-round one (sampling, aggregation, the evaluation's bookkeeping: what FLOPs do
+not count); a job requests ``safety_factor`` x that.  Where the file has no measured figure for
 a family on a device, the device's ``assumed`` throughput stands in and the estimate is
 reported as uncalibrated.
 
@@ -231,7 +232,8 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     calibrated = figures is not None
     rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
     train, evaluate = cell_work(spec, shape)
-    seconds = table["job_overhead_s"] + train / rate["train"] + evaluate / rate["eval"]
+    rounds = spec["training"]["rounds"] * table[device].get("round_overhead_s", 0.0)
+    seconds = table["job_overhead_s"] + rounds + train / rate["train"] + evaluate / rate["eval"]
     mem = cell_job_mb(spec["model"], shape, spec["training"])
     return CellCost(train, evaluate, family, seconds, calibrated, mem)
 

@@ -47,6 +47,8 @@ def test_work_time_and_memory_of_a_cell_by_hand():
     assert cost.seconds == 60 + 480_000 / 1000 + 67_200 / 100  # 1,212 s
     assert runtime_minutes(cost, 1, TABLE) == math.ceil(2 * 1212 / 60) == 41
     assert runtime_minutes(cost, 2, TABLE) == 81  # the second attempt (after a time limit) gets twice as long
+    per_round = {**TABLE, "cpu": {**TABLE["cpu"], "round_overhead_s": 0.5}}  # + 10 rounds x 0.5 s
+    assert cell_cost(spec(), SHAPE, "cpu", per_round).seconds == 1212 + 5
     # mem: process 2000 + budget 100 + 3 copies x 10 clients x 60 B + 1200 rows x 4 floats x 4 B, in MiB, rounded up
     assert cost.mem_mb == math.ceil(2000 + 100 + (3 * 10 * 60 + 1200 * 16) / 2**20) == 2101
 

@@ -57,16 +57,7 @@ bench-cpu: $(STAMP)
 stale: $(STAMP)
 	$(BIN)/python -m fedbench.provenance --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM))
 
-rerun-cost: $(STAMP)
-	$(BIN)/python -m fedbench.cost_report $(CONFIG)
-
-bench-gpu: $(STAMP)
-	$(BIN)/python benchmarks/throughputs.py --device cuda --size paper $(BENCH_ARGS)
-
-bench-cpu: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/throughputs.py --device cpu --size cpu --threads 1 $(BENCH_ARGS)
-
-stale: $(STAMP)
+rerun-stale: $(STAMP)
 	@stale="$$($(BIN)/python -m fedbench.provenance --paths --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM)))" \
 	  || exit 1; \
 	if [ -z "$$stale" ]; then echo "nothing out of date"; exit 0; fi; \

@@ -61,6 +61,7 @@ include: "workflow/rules/encoders.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/gamma_sweep.smk"
+include: "workflow/rules/claims.smk"
 
 
 rule partitions:
@@ -96,6 +97,7 @@ rule tables:
         assignments=clustering_figures("assignments"),
         femam=femam_figures(),
         gamma=gamma_sweep_figures(),
+        claims=claims_files(),
 
 
 rule all:

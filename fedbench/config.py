@@ -22,6 +22,7 @@ from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
 from fedbench.models import MODELS
 from fedbench.protocols import PROTOCOLS
 from fedbench.registry import UnknownNameError
+from fedbench.results.claims import ClaimError, check_claims
 from fedbench.results.published import PUBLISHED_CSV, link_keys, links, load_published
 from fedbench.results.papers import PAPERS
 from fedbench.validation import SCHEMA, check_finite, check_schema, load_yaml_strict
@@ -133,6 +134,11 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
         published = load_published(published_csv)
         for experiment, spec in config.get("experiments", {}).items():
             _resolve_published(experiment, spec, published)
+    if config.get("claims"):  # the papers' claims (fedbench.results.claims): names, cells, published margins
+        try:
+            check_claims(config, None if published_csv is None else load_published(published_csv))
+        except ClaimError as error:
+            raise ConfigError(str(error)) from None
 
 
 def _partition_pairs(config: dict) -> list[tuple[str, str]]:

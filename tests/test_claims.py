@@ -1,0 +1,180 @@
+"""Claims (fedbench.results.claims): verdicts from hand-made per-seed numbers, pairing, missing runs,
+and the config checks that reject a claim naming what its experiment does not have.
+
+Expected intervals by hand: a 95 % t interval is mean ± t(0.975, df) · sd / sqrt(n) with the
+tabulated quantiles t(0.975, 2) = 4.3027 and t(0.975, 4) = 2.7764."""
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fedbench.config import ConfigError, validate_config
+from fedbench.results.claims import (
+    FAILS, HOLDS, INCONCLUSIVE, ClaimError, compare, evaluate_claims, threshold, write_claims,
+)
+from fedbench.results.published import load_published
+
+T2 = 4.3027  # t(0.975, df=2)
+T4 = 2.7764  # t(0.975, df=4)
+
+with open(Path(__file__).parents[1] / "config" / "config.yaml") as f:
+    DEFAULT = yaml.safe_load(f)
+
+
+def seeds(*values):
+    return pd.Series(values, index=range(len(values)), dtype=float)
+
+
+# ---- verdicts --------------------------------------------------------------------------------
+
+
+def test_paired_difference_that_holds():
+    # differences 2, 3, 4: mean 3, sd 1 -> 3 ± 4.3027 / sqrt(3) = 3 ± 2.4842 -> [0.516, 5.484] above 0
+    result = compare(seeds(82, 83, 84), seeds(80, 80, 80))
+    assert result["difference"] == pytest.approx(3.0)
+    assert (result["low"], result["high"]) == pytest.approx((3 - 2.4842, 3 + 2.4842), abs=1e-3)
+    assert result["n"] == 3
+
+
+def test_paired_difference_that_does_not_hold_and_one_that_straddles():
+    from fedbench.results.claims import verdict
+
+    low_fail = compare(seeds(80, 80, 80), seeds(82, 83, 84))  # mirror image: [-5.484, -0.516]
+    assert verdict(low_fail["low"], low_fail["high"]) == FAILS
+    straddle = compare(seeds(81, 82, 83), seeds(80, 80, 80))  # 2 ± 2.4842 -> [-0.484, 4.484]
+    assert (straddle["low"], straddle["high"]) == pytest.approx((2 - 2.4842, 2 + 2.4842), abs=1e-3)
+    assert verdict(straddle["low"], straddle["high"]) == INCONCLUSIVE
+    assert verdict(0.516, 5.484) == HOLDS
+
+
+def test_pairing_changes_the_verdict():
+    # seeds 70/80/90 vs 68.8/79/89.2: per-seed differences 1.2, 1.0, 0.8 (mean 1, sd 0.2):
+    # paired 1 ± 4.3027 · 0.2 / sqrt(3) = 1 ± 0.4968 -> [0.503, 1.497]: holds.
+    # Unpaired (Welch): sd 10 and 10.2, se = sqrt(100/3 + 104.04/3) = 8.2470, df = 3.998 (t ~ 2.7766)
+    # -> 1 ± 22.90: straddles 0, inconclusive.
+    better, than = seeds(70, 80, 90), seeds(68.8, 79, 89.2)
+    paired = compare(better, than, "paired")
+    assert (paired["low"], paired["high"]) == pytest.approx((1 - 0.4968, 1 + 0.4968), abs=1e-3)
+    unpaired = compare(better, than, "unpaired")
+    assert unpaired["difference"] == pytest.approx(1.0)
+    assert (unpaired["low"], unpaired["high"]) == pytest.approx((1 - 22.90, 1 + 22.90), abs=0.02)
+    config = claims_config({"better": "a", "than": "b"})
+    runs = hand_runs({"a": [0.70, 0.80, 0.90], "b": [0.688, 0.79, 0.892]})
+    assert evaluate_claims(config, runs, load_published())["verdict"].tolist() == [HOLDS]
+    config["claims"]["c"]["pairing"] = "unpaired"
+    assert evaluate_claims(config, runs, load_published())["verdict"].tolist() == [INCONCLUSIVE]
+
+
+def test_unpaired_interval_with_five_seeds_each():
+    # both sd(ddof=1) = sqrt(2.5) = 1.5811, se = sqrt(2.5/5 + 2.5/5) = 1, df = 8 -> t = 2.3060
+    result = compare(seeds(11, 12, 13, 14, 15), seeds(1, 2, 3, 4, 5), "unpaired")
+    assert (result["low"], result["high"]) == pytest.approx((10 - 2.3060, 10 + 2.3060), abs=1e-3)
+
+
+def test_threshold_claims():
+    # ARI 0.95, 0.97, 0.99: mean 0.97, sd 0.02 -> 0.97 ± 4.3027 · 0.02 / sqrt(3) = ± 0.04968 -> low 0.9203 >= 0.9
+    ok = threshold(seeds(0.95, 0.97, 0.99), 0.9)
+    assert (ok["low"], ok["high"]) == pytest.approx((0.97 - 0.04968, 0.97 + 0.04968), abs=1e-4)
+    perfect = threshold(seeds(1.0, 1.0, 1.0), 0.9)  # no spread: the interval is the point 1.0
+    assert (perfect["low"], perfect["high"]) == (1.0, 1.0)
+    config = claims_config({"algorithm": "a", "at_least": 0.9, "metric": "ari"})
+    verdicts = {}
+    for name, values in {"ok": [0.95, 0.97, 0.99], "exact": [0.9, 0.9, 0.9], "mixed": [0.5, 0.9, 1.0],
+                         "low": [0.2, 0.3, 0.4]}.items():  # low: 0.3 ± 0.2484 -> [0.052, 0.548] < 0.9
+        verdicts[name] = evaluate_claims(config, hand_runs({"a": values}, metric="ari"), load_published())["verdict"][0]
+    assert verdicts == {"ok": HOLDS, "exact": HOLDS, "mixed": INCONCLUSIVE, "low": FAILS}
+
+
+def test_one_seed_gives_no_interval_and_is_inconclusive():
+    config = claims_config({"better": "a", "than": "b"}, seed_list=[0])
+    table = evaluate_claims(config, hand_runs({"a": [0.9], "b": [0.1]}), load_published())
+    assert table["difference"][0] == pytest.approx(80.0)
+    assert table["verdict"].tolist() == [INCONCLUSIVE]
+    assert pd.isna(table["low"][0])
+
+
+def test_a_missing_run_is_an_error():
+    config = claims_config({"better": "a", "than": "b"})
+    runs = hand_runs({"a": [0.7, 0.8, 0.9], "b": [0.6, 0.7, 0.8]})
+    runs = runs[~((runs["algorithm"] == "b") & (runs["seed"] == 1))]
+    with pytest.raises(ClaimError, match=r"claims\.c: no run of e/d/p/m/b for seed\(s\) 1"):
+        evaluate_claims(config, runs, load_published())
+
+
+def test_the_paper_margin_is_computed_from_the_published_table():
+    # pFedMT Table 1, Synthetic MLR, T=600: pFedMT(PM) 89.86 - pFedMe(PM) 89.08 = +0.78
+    published = {"paper": "pfedmt", "table": "Table 1", "dataset": "Synthetic", "model": "MLR",
+                 "partition": "non-iid(2 teams x 25 devices)",
+                 "better": "pFedMT(PM)", "better_setting": "T=600; lambda=15; gamma=0.1; beta=1.0",
+                 "than": "pFedMe(PM)", "than_setting": "T=600; lambda=15; gamma=-; beta=0.5"}
+    config = claims_config({"better": "a", "than": "b", "published": published})
+    table = evaluate_claims(config, hand_runs({"a": [0.7, 0.8, 0.9], "b": [0.6, 0.7, 0.8]}), load_published())
+    assert table["paper_margin"][0] == "+0.78 (Table 1, Synthetic MLR non-iid(2 teams x 25 devices))"
+
+
+def test_write_claims_reads_the_runs(tmp_path):
+    paths = []
+    for algorithm, values in {"a": [0.82, 0.83, 0.84], "b": [0.80, 0.80, 0.80]}.items():
+        for seed, value in enumerate(values):
+            path = tmp_path / algorithm / f"seed{seed}" / "metrics.json"
+            path.parent.mkdir(parents=True)
+            cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
+            path.write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "final": {"accuracy": value}}))
+            paths.append(path)
+    config = claims_config({"better": "a", "than": "b"})
+    table = write_claims(config, paths, load_published(), tmp_path / "claims.csv", tmp_path / "claims.md")
+    assert table["verdict"].tolist() == [HOLDS]  # the first test's numbers: [0.516, 5.484]
+    assert "| c " in (tmp_path / "claims.md").read_text()
+    assert pd.read_csv(tmp_path / "claims.csv")["difference"][0] == pytest.approx(3.0)
+
+
+# ---- config checks ---------------------------------------------------------------------------
+
+
+def with_claim(claim: dict) -> dict:
+    config = copy.deepcopy(DEFAULT)
+    config["claims"] = {"c": {"source": "Table 1", "experiment": "default", **claim}}
+    return config
+
+
+def test_a_valid_claim_passes_the_config_checks():
+    validate_config(with_claim({"better": "ifca", "than": "fedavg", "cells": {"partitions": ["clusters"]}}))
+
+
+@pytest.mark.parametrize("claim, message", [
+    ({"better": "femam", "than": "fedavg"}, r"claims\.c\.better: 'femam' is not an algorithm of experiment 'default'"),
+    ({"algorithm": "ifca", "at_least": 0.9, "metric": "ari", "cells": {"partitions": ["scenario1"]}},
+     r"claims\.c\.cells\.partitions: 'scenario1' is not in experiment 'default'"),
+    ({"better": "ifca", "than": "fedavg", "experiment": "flt"}, r"claims\.c\.experiment: 'flt' is not declared"),
+    ({"better": "ifca", "than": "fedavg", "published": {"paper": "flt", "table": "Table 1", "dataset": "MNIST",
+      "partition": "scenario1", "better": "FLT (Enc3)", "than": "FedAvg"}}, r"claims\.c\.published\[0\]\.better: 0 rows"),
+])
+def test_the_config_checks_reject_unknown_methods_cells_and_rows(claim, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(with_claim(claim))
+
+
+def test_the_schema_rejects_a_claim_that_is_neither_comparison_nor_threshold():
+    with pytest.raises(ValueError, match=r"claims\.c: .* is not valid under any of the given schemas"):
+        validate_config(with_claim({"better": "ifca"}))
+
+
+# ---- hand-made configs and runs --------------------------------------------------------------
+
+
+def claims_config(claim: dict, seed_list=(0, 1, 2)) -> dict:
+    """One experiment ``e`` (cell d/p/m, algorithms a and b) and claim ``c``."""
+    grid = [{"datasets": ["d"], "partitions": ["p"], "models": ["m"], "algorithms": ["a", "b"]}]
+    return {"seeds": list(seed_list), "experiments": {"e": {"grid": grid}},
+            "claims": {"c": {"source": "hand-made", "experiment": "e", **claim}}}
+
+
+def hand_runs(values: dict[str, list[float]], metric: str = "accuracy") -> pd.DataFrame:
+    """Rows as load_metrics gives them: one per algorithm and seed (accuracy as a fraction)."""
+    rows = [{"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": a, "seed": s, metric: v}
+            for a, per_seed in values.items() for s, v in enumerate(per_seed)]
+    return pd.DataFrame(rows)

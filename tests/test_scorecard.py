@@ -1,6 +1,7 @@
 """The scorecard: published numbers next to the reproduction, computed by hand on made-up runs."""
 
 import json
+import math
 import re
 
 import pandas as pd
@@ -264,3 +265,189 @@ def test_diverged_runs_are_shown_as_diverged_not_as_numbers(tmp_path):
     assert fedavg["seeds"] == 0 and fedavg["diverged"] == 1 and pd.isna(fedavg["reproduced"])
     md = to_markdown(card.reset_index())
     assert re.search(r"\| 90\.00 ± 0\.00 \(1/2 diverged\)\s+\|", md) and re.search(r"\| diverged\s+\|", md)
+
+
+# --- survivors of the results group's mutation run (docs/mutation.md, mutation_notes/) ---------------
+
+
+def history_run(root, name, algorithm, seed, history, experiment="e", protocol="pooled_max"):
+    """A made-up run directory of cell (experiment, syn, teams, mlr, algorithm, seed) with ``history``."""
+    cell = {"experiment": experiment, "dataset": "syn", "partition": "teams", "model": "mlr", "algorithm": algorithm, "seed": seed}
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"cell": cell, "protocol": protocol}))
+    pd.DataFrame(history).to_csv(run / "history.csv", index=False)
+    return run
+
+
+def test_a_config_without_experiments_or_grid_gives_an_empty_card_with_every_column(tmp_path):
+    """No experiment, or an experiment with links but no grid (no cell), scores nothing: an empty card
+    that still has the scorecard's columns in their order (the CSV header), and its Markdown is the
+    legend alone; written as CSV without the frame's index column."""
+    from fedbench.results.scorecard import COLUMNS
+
+    no_grid = {key: value for key, value in EXPERIMENT.items() if key != "grid"}
+    for config in ({}, {"experiments": {"e": no_grid}}):
+        card = scorecard(config, [], PUBLISHED)
+        assert card.empty and list(card.columns) == COLUMNS
+        assert to_markdown(card).endswith("Empty: not run here.\n")
+    write_scorecard({"experiments": {"e": EXPERIMENT}}, [], PUBLISHED, tmp_path / "s.csv", tmp_path / "s.md")
+    assert list(pd.read_csv(tmp_path / "s.csv").columns) == COLUMNS
+
+
+def test_only_experiments_keeps_the_named_experiments_in_any_position():
+    """``only_experiments`` restricts the card to the named experiments, wherever they stand in the
+    config: "skip" (first) is left out and "keep" (second) scores EXPERIMENT's five published rows."""
+    config = {"experiments": {"skip": EXPERIMENT, "keep": EXPERIMENT}, "only_experiments": ["keep"]}
+    card = scorecard(config, [], PUBLISHED)
+    assert card["experiment"].tolist() == ["keep"] * 5
+    assert len(scorecard({"experiments": {"skip": EXPERIMENT, "keep": EXPERIMENT}}, [], PUBLISHED)) == 10
+
+
+def test_a_link_of_an_algorithm_outside_the_cell_does_not_stop_the_later_links():
+    """A cell scores the links of the algorithms its grid trains: with only fedavg in the grid, the
+    pfedmt links (listed first) are skipped and FedAvg's link is still scored."""
+    experiment = {**EXPERIMENT, "grid": [{**EXPERIMENT["grid"][0], "algorithms": ["fedavg"]}]}
+    card = scorecard({"experiments": {"e": experiment}}, [], PUBLISHED)
+    assert card[["method", "setting"]].values.tolist() == [["FedAvg", "T=3"]]
+
+
+def test_each_row_records_its_link_protocol_and_published_statistic():
+    """The columns that say what a row scores: the experiment's protocol ("mean_client_last" where the
+    experiment names none), the config model, the link's scored model and horizon, and the published
+    "±"; a published table without a ``notes`` column gives empty notes; with no runs the row has no
+    reproduction note."""
+    card = scorecard({"experiments": {"e": EXPERIMENT}}, [], PUBLISHED).set_index(["method", "setting"])
+    gm2 = card.loc[("pFedMT(GM)", "T=2")]
+    assert (gm2["protocol"], gm2["config_model"], gm2["scored"], gm2["rounds"], gm2["published_std"]) == (
+        "pooled_max", "mlr", "global", 2, 1.0)
+    assert card.loc[("pFedMT(PM)", "T=3"), "scored"] == "personal"
+    assert (card["notes"] == "").all() and (card["note"] == "").all()
+    default = {key: value for key, value in EXPERIMENT.items() if key != "protocol"}
+    assert (scorecard({"experiments": {"e": default}}, [], PUBLISHED)["protocol"] == "mean_client_last").all()
+
+
+def test_a_run_shorter_than_the_horizon_is_skipped_and_the_next_seed_still_scored(tmp_path):
+    """A run that ends before the link's T is not comparable: it is skipped with a note, and the
+    next seed's run is still read.  pFedMT(GM) at T = 3 (pooled_max, global model): seed 0 stops at
+    round 2, seed 1 reaches round 3 with global accuracies 0.4, 0.7, 0.6: best 70 %."""
+    short = history_run(tmp_path, "short", "pfedmt", 0, {"round": [1, 2], "acc_pooled": [0.5, 0.5], "global_acc": [0.5, 0.5]})
+    full = history_run(tmp_path, "full", "pfedmt", 1, {"round": [1, 2, 3], "acc_pooled": [0.5] * 3, "global_acc": [0.4, 0.7, 0.6]})
+    card = scorecard({"experiments": {"e": EXPERIMENT}}, [short, full], PUBLISHED).set_index(["method", "setting"])
+    gm3 = card.loc[("pFedMT(GM)", "T=3")]
+    assert (gm3["seeds"], gm3["reproduced"]) == pytest.approx((1, 70.0))
+    assert gm3["note"] == "runs end at round 2 < T = 3: not comparable"
+
+
+def test_cfl_that_never_split_is_noted(tmp_path):
+    """A run whose history counts no CFL split (``cfl_splits`` 0 throughout) is FedAvg, and its row says
+    so exactly; one split (``cfl_splits`` reaching 1) and a history without the column give no note.
+    FedAvg T = 3 (global model): best global accuracy 60 % in every run."""
+    experiment = {**EXPERIMENT, "published": {**EXPERIMENT["published"], "rows": {"fedavg": EXPERIMENT["published"]["rows"]["fedavg"]}}}
+    base = {"round": [1, 2, 3], "acc_pooled": [0.5] * 3, "global_acc": [0.5, 0.6, 0.55]}
+    for splits, note in [([0, 0, 0], "CFL never split (= FedAvg)"), ([0, 1, 1], ""), (None, "")]:
+        history = base if splits is None else {**base, "cfl_splits": splits}
+        run = history_run(tmp_path / str(splits), "run", "fedavg", 0, history)
+        card = scorecard({"experiments": {"e": experiment}}, [run], PUBLISHED)
+        assert card["note"].tolist() == [note] and card["reproduced"].tolist() == pytest.approx([60.0])
+
+
+def test_the_global_models_train_accuracy_is_not_recorded_so_not_scored(tmp_path):
+    """A link scoring the global model: its test accuracy is the history's ``global_acc``, but its train
+    accuracy is not recorded (``train_acc_mean`` is the personal models'), so the train row has no
+    number, no seed and says why; FLT's mean_client_last protocol, last round: global 0.75 -> 75 %."""
+    rows = {"fedavg": {"method": "FedAvg", "setting": "E=1", "scored": "global", "table": "Table 7"}}
+    columns = {"acc_mean": [0.1, 0.8], "global_acc": [0.2, 0.75], "train_acc_mean": [0.3, 0.9], "acc_var": [0.0, 0.0]}
+    run = flt_run(tmp_path, "e", "mnist", "s1", "mlp", "fedavg", 0, columns)
+    published = FLT_PUBLISHED.iloc[[2, 4]]  # Table 7: train and test accuracy of FedAvg
+    card = scorecard({"experiments": {"e": flt_experiment(rows)}}, [run], published).set_index("split")
+    assert card.loc["test", "reproduced"] == pytest.approx(75.0) and card.loc["test", "seeds"] == 1
+    train = card.loc["train"]
+    assert pd.isna(train["reproduced"]) and train["seeds"] == 0
+    assert train["note"] == "the runs do not record the train accuracy of the global model"
+
+
+def test_the_published_plus_minus_and_the_tables_statistic_enter_the_flag(tmp_path):
+    """``combined_se`` and ``z`` use the published row's "±", its table's statistic and its notes
+    (agreement module doc).  Seeds 0 and 1 of pFedMT(PM) T = 3 (pooled_max) peak at 51 % and 53 %: mean
+    52, u_r = sd(ddof=1)/sqrt(2) = 1.  Published 50 ± 2 in two tables: Table A, "mean±std over 4 runs"
+    (u_p = 2/sqrt(4) = 1: u = sqrt(2), z = 2/sqrt(2) = sqrt(2)); Table B, a standard-error table whose
+    notes also say "over 4 runs" (u_p = 2 as printed: u = sqrt(5), z = 2/sqrt(5))."""
+    published = pd.DataFrame(
+        [("pfedmt", "Table A", "Synthetic", "MLR", "2x25", "T=3", "pFedMT(PM)", "accuracy", "test", 50.0, 2.0, "mean±std over 4 runs"),
+         ("pfedmt", "Table B", "Synthetic", "MLR", "2x25", "T=3", "pFedMT(PM)", "accuracy", "test", 50.0, 2.0, "std_error over 4 runs")],
+        columns=list(FLT_PUBLISHED.columns),
+    )
+    rows = {"pfedmt": [{"method": "pFedMT(PM)", "setting": "T=3"}, {"method": "pFedMT(PM)", "setting": "T=3", "table": "Table B"}]}
+    experiment = {**EXPERIMENT, "published": {**EXPERIMENT["published"], "table": "Table A", "rows": rows}}
+    runs = [history_run(tmp_path, f"s{seed}", "pfedmt", seed, {"round": [1, 2, 3], "acc_pooled": [0.4, best, 0.45], "global_acc": [0.0] * 3})
+            for seed, best in [(0, 0.51), (1, 0.53)]]
+    card = scorecard({"experiments": {"e": experiment}}, runs, published).set_index("table")
+    assert card.loc["Table A", "statistic"] == "std" and card.loc["Table B", "statistic"] == "std_error"
+    assert (card.loc["Table A", "combined_se"], card.loc["Table A", "z"]) == pytest.approx((math.sqrt(2), math.sqrt(2)))
+    assert (card.loc["Table B", "combined_se"], card.loc["Table B", "z"]) == pytest.approx((math.sqrt(5), 2 / math.sqrt(5)))
+
+
+NAN = float("nan")
+CARD_COLUMNS = ["paper", "table", "dataset", "model", "method", "setting", "metric", "split", "statistic", "published",
+                "published_std", "also_published", "reproduced", "reproduced_spread", "seeds", "diverged", "difference", "z",
+                "agreement", "algorithm", "config_dataset", "config_partition", "notes", "note"]
+
+
+def test_markdown_of_a_hand_made_card_exactly():
+    """The user-facing table, written out in full: the legend; one section per paper table and dataset
+    (", model" only where the paper names one), in the card's order (pz before pa, not sorted); the
+    columns method, setting, metric (split + label; an unknown metric by its own name), ±, published
+    (2 decimals, "± std" only where printed; another table's number after " / "; nothing where the
+    paper prints no number), reproduced ("diverged" where every run diverged, the count where some
+    did, empty where nothing ran), difference (+.2f) and z (+.1f), empty where undefined, agree, seeds,
+    notes (the paper's and ours joined by "; "); no index column.  Several cells scoring one published
+    number are told apart by the algorithm and/or dataset/partition that differ ("FeMAM [femam,
+    cifar/a]"); a method scored once has no tag."""
+    card = pd.DataFrame([
+        ("pz", "Table 9", "Zeta", "", "FedAvg", "E=1", "accuracy", "test", "std_error", 80.0, 0.5, "Table 3: 81.00 ± 0.40",
+         79.0, 1.0, 2, 0, -1.0, -0.894, "agree", "fedavg", "mnist", "s1", "std_error", ""),
+        ("pz", "Table 9", "Zeta", "", "FedAvg", "E=1", "variance", "train", "std_error", 40.0, NAN, "",
+         NAN, NAN, 0, 0, NAN, NAN, "", "fedavg", "mnist", "s1", "FLAG: made up", "the runs do not record it"),
+        ("pz", "Table 9", "Zeta", "", "FedProx", "mu=1", "loss", "test", "std", NAN, NAN, "Table 4: 1.25",
+         1.5, 0.0, 1, 2, NAN, NAN, "", "fedprox", "mnist", "s1", "", ""),
+        ("pz", "Table 9", "Zeta", "", "FedProx", "mu=2", "macro_f1", "test", "std", 60.0, 2.0, "",
+         NAN, NAN, 0, 3, NAN, NAN, "", "fedprox2", "mnist", "s1", "a", "b"),
+        ("pa", "Table 1", "Alpha", "CNN", "FeMAM", "all", "accuracy", "test", "std", 60.0, 1.0, "",
+         62.0, 1.0, 4, 0, 2.0, 1.414, "agree", "femam", "cifar", "a", "", ""),
+        ("pa", "Table 1", "Alpha", "CNN", "FeMAM", "all", "accuracy", "test", "std", 60.0, 1.0, "",
+         65.0, 0.5, 4, 0, 5.0, 4.472, "miss", "femam_b", "cifar", "a", "", ""),
+        ("pa", "Table 1", "Alpha", "CNN", "FeMAM", "all", "accuracy", "test", "std", 60.0, 1.0, "",
+         59.5, 0.0, 4, 0, -0.5, -0.5, "agree", "femam", "cifar", "b", "", ""),
+        ("pa", "Table 1", "Alpha", "CNN", "FedAvg", "all", "accuracy_delta", "test", "std", -2.0, NAN, "",
+         -1.0, 0.5, 4, 0, 1.0, 2.0, "agree", "fedavg", "cifar", "a", "", ""),
+    ], columns=CARD_COLUMNS)
+    expected = "\n".join([
+        "# Scorecard: published vs reproduced",
+        "",
+        "Published: as printed, ± the paper's statistic (column ±: SE = standard error, SD = standard",
+        "deviation).  Reproduced: mean over seeds under the experiment's protocol, ± the same statistic",
+        "(SE: sd(ddof=1)/√n over seeds; SD: np.std, ddof=0).  Accuracy and macro-F1 in %, variance across",
+        "clients in %².  difference = reproduced − published; z = difference / combined standard error;",
+        "agree: |z| ≤ 2 (docs: the scorecard section of README.md).  Empty: not run here.",
+        "",
+        "## pz Table 9: Zeta",
+        "",
+        "| method   | setting   | metric          | ±    | published                            | reproduced                 | difference   | z    | agree   | seeds   | notes                                    |",
+        "|:---------|:----------|:----------------|:-----|:-------------------------------------|:---------------------------|:-------------|:-----|:--------|:--------|:-----------------------------------------|",
+        "| FedAvg   | E=1       | test acc. %     | ± SE | 80.00 ± 0.50 / Table 3: 81.00 ± 0.40 | 79.00 ± 1.00               | -1.00        | -0.9 | agree   | 2       | std_error                                |",
+        "| FedAvg   | E=1       | train var. %²   | ± SE | 40.00                                |                            |              |      |         | 0       | FLAG: made up; the runs do not record it |",
+        "| FedProx  | mu=1      | test loss       | ± SD | Table 4: 1.25                        | 1.50 ± 0.00 (2/3 diverged) |              |      |         | 1       |                                          |",
+        "| FedProx  | mu=2      | test macro-F1 % | ± SD | 60.00 ± 2.00                         | diverged                   |              |      |         | 0       | a; b                                     |",
+        "",
+        "## pa Table 1: Alpha, CNN",
+        "",
+        "| method                   | setting   | metric         | ±    | published    | reproduced   | difference   | z    | agree   | seeds   | notes   |",
+        "|:-------------------------|:----------|:---------------|:-----|:-------------|:-------------|:-------------|:-----|:--------|:--------|:--------|",
+        "| FeMAM [femam, cifar/a]   | all       | test acc. %    | ± SD | 60.00 ± 1.00 | 62.00 ± 1.00 | +2.00        | +1.4 | agree   | 4       |         |",
+        "| FeMAM [femam_b, cifar/a] | all       | test acc. %    | ± SD | 60.00 ± 1.00 | 65.00 ± 0.50 | +5.00        | +4.5 | miss    | 4       |         |",
+        "| FeMAM [femam, cifar/b]   | all       | test acc. %    | ± SD | 60.00 ± 1.00 | 59.50 ± 0.00 | -0.50        | -0.5 | agree   | 4       |         |",
+        "| FedAvg                   | all       | test Δ acc. pp | ± SD | -2.00        | -1.00 ± 0.50 | +1.00        | +2.0 | agree   | 4       |         |",
+        "",
+    ])
+    assert to_markdown(card) == expected

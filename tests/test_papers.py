@@ -95,3 +95,20 @@ def test_a_papers_tables_hold_only_its_experiments_rows(tmp_path):
     markdown = (tmp_path / "p.md").read_text()
     assert "## tiny" in markdown and "## linked" not in markdown
     assert "90.00 ± 1.00" in markdown and "80.00 ± 2.00" in markdown and "70.00 ± 3.00" not in markdown
+
+
+def test_a_scorecard_without_a_model_keeps_its_rows_through_the_csv(tmp_path):
+    """FLT's published rows have no model: the paper's scorecard.md, written from scorecard.csv read
+    back from disk, is the whole config's Markdown of the same rows (blank cells read back as NaN
+    and pandas' groupby dropped those rows before)."""
+    from test_scorecard import FLT_PUBLISHED, flt_experiment
+
+    from fedbench.results.scorecard import to_markdown, write_scorecard
+
+    experiment = flt_experiment({"fedavg": {"method": "FedAvg", "setting": "E=1"}})
+    card = write_scorecard({"experiments": {"e": experiment}}, [], FLT_PUBLISHED, tmp_path / "card.csv", tmp_path / "card.md")
+    assert len(card) == 2 and set(card["model"]) == {""}
+    rows = write_paper_rows("scorecard", tmp_path / "card.csv", ["e"], tmp_path / "p.csv", tmp_path / "p.md")
+    assert len(rows) == 2
+    assert (tmp_path / "p.md").read_text() == to_markdown(card) == (tmp_path / "card.md").read_text()
+    assert sum(line.startswith("| FedAvg ") for line in (tmp_path / "p.md").read_text().splitlines()) == 2

@@ -17,7 +17,7 @@ from typing import Iterable
 import pandas as pd
 
 from fedbench.data.partition_file import atomic_write
-from fedbench.results.scorecard import to_markdown as scorecard_markdown
+from fedbench.results.scorecard import TEXT_COLUMNS as SCORECARD_TEXT, to_markdown as scorecard_markdown
 from fedbench.results.tables import to_markdown as results_markdown
 
 PAPERS = {
@@ -115,8 +115,8 @@ def write_paper_rows(kind: str, table_csv, experiments: Iterable[str], csv_path,
     as CSV (all columns) and Markdown (the table's own layout)."""
     to_markdown = {"results": results_markdown, "scorecard": scorecard_markdown}[kind]
     rows = paper_rows(pd.read_csv(table_csv), experiments)
-    if kind == "scorecard":
-        rows = rows.fillna({"notes": "", "note": ""})
+    if kind == "scorecard":  # a blank text cell (FLT's model) reads back as NaN, which groupby would drop
+        rows = rows.fillna({column: "" for column in SCORECARD_TEXT if column in rows})
     atomic_write(csv_path, lambda p: rows.to_csv(p, index=False))
     atomic_write(md_path, lambda p: Path(p).write_text(to_markdown(rows), encoding="utf-8"))
     return rows

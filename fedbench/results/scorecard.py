@@ -48,6 +48,10 @@ COLUMNS = [
     "experiment", "config_dataset", "config_partition", "config_model", "algorithm", "scored", "rounds", "relative_to",
     "protocol", "published_row", "also_published", "also_published_row", "notes", "note",
 ]
+NUMBER_COLUMNS = {"published", "published_std", "reproduced", "reproduced_spread", "difference", "combined_se", "z",
+                  "seeds", "diverged", "rounds", "published_row"}
+TEXT_COLUMNS = [c for c in COLUMNS if c not in NUMBER_COLUMNS]
+"""Blank in the card; a CSV reads them back as NaN (and groupby drops NaN keys), so readers fill them with ''."""
 
 UNITS = {"accuracy": 100.0, "macro_f1": 100.0, "accuracy_delta": 100.0, "variance": 100.0 ** 2}
 """History columns hold fractions (variance: fraction²); the papers print % (variance: %²)."""

@@ -70,8 +70,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "results": (
         ["fedbench/results/scorecard.py", "fedbench/results/agreement.py"],
-        ["tests/test_scorecard.py", "tests/test_agreement.py", "tests/test_coverage.py", "tests/test_published.py",
-         "tests/test_femam_grid.py"],
+        ["tests/test_scorecard*.py", "tests/test_agreement.py", "tests/test_coverage.py", "tests/test_published.py",
+         "tests/test_femam_grid.py", "tests/test_papers.py"],
     ),
 }
 MESSAGE_LINES = [r"^\s*raise \w+\(", r"^\s*warnings\.warn\("]

@@ -122,6 +122,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
         _check_paper(experiment, spec)
         _check_bn_aggregation(config, experiment, spec)
         _check_rounds_and_models(config, experiment, spec, client_counts)
+        _check_model_inputs(config, experiment, spec)
     _check_feasible(config)
     _check_memory_budgets(config)
     unknown = sorted(set(config.get("only_experiments", [])) - set(config.get("experiments", {})))
@@ -381,6 +382,35 @@ def _check_rounds_and_models(config: dict, experiment: str, spec: dict, client_c
                     raise ConfigError(
                         f"experiments.{experiment}.grid[{i}]: algorithms.{algorithm}.models = {m} intermediate models "
                         f"exceed the {client_counts[partition]} clients of partitions.{partition}"
+                    )
+
+
+def _check_model_inputs(config: dict, experiment: str, spec: dict) -> None:
+    """Every model of a grid block builds and runs on every dataset's samples (shape and classes from
+    the source's registered ``facts``; a source without a known shape is checked when loaded), so a
+    pairing such as VGG-16's five 2x2 pools on 28x28 FEMNIST stops planning instead of every job.
+    Each distinct (model, shape, classes) is probed once on the ``meta`` device
+    (:func:`fedbench.models.registry.input_problem`)."""
+    from fedbench.models.registry import input_problem
+
+    for i, block in enumerate(spec.get("grid", [])):
+        for dataset in block["datasets"]:
+            d_entry = config["datasets"][dataset]
+            facts_of = DATASETS.extra(d_entry["source"], "facts")
+            if facts_of is None:
+                continue
+            facts = facts_of(DATASETS.with_defaults(d_entry["source"], {k: v for k, v in d_entry.items() if k not in DATASET_KEYS}))
+            if facts.input_shape is None:
+                continue
+            classes = len(d_entry["classes"]) if d_entry.get("classes") is not None else facts.num_classes
+            for model in block["models"]:
+                m_entry = config["models"][model]
+                problem = input_problem(m_entry, facts.input_shape, classes)
+                if problem:
+                    shape = "x".join(map(str, facts.input_shape))
+                    raise ConfigError(
+                        f"experiments.{experiment}.grid[{i}]: models.{model} (arch {m_entry['arch']!r}) cannot run on "
+                        f"datasets.{dataset} ({shape} inputs, {classes} classes): {problem}"
                     )
 
 

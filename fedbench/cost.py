@@ -41,7 +41,7 @@ FAMILIES = {
     "fedavg_cnn": "fedavg_cnn", "fedmr_cnn": "fedavg_cnn", "lenet_cifar": "fedavg_cnn", "pfedme_cnn": "fedavg_cnn",
     "small_cnn": "fedavg_cnn", "convae": "fedavg_cnn",
     "leaf_cnn": "leaf_cnn", "fedmr_femnist_cnn": "leaf_cnn",
-    "resnet9": "resnet9", "resnet20": "resnet20", "vgg16": "vgg16",
+    "resnet9": "resnet9", "resnet20": "resnet20", "vgg16": "vgg16", "fedmr_vgg16_mnist": "vgg16",
 }
 EVALUATED_MODELS = 2  # each client's test rows are scored by its personal and the global model
 FEMNIST_SAMPLES_PER_WRITER = 227  # LEAF FEMNIST: 805,263 samples of 3,550 writers (35 shards)

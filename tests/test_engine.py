@@ -310,7 +310,7 @@ def test_resnet9_matches_reference(step):
     "arch, shape",
     [("fedavg_cnn", (1, 28, 28)), ("leaf_cnn", (1, 28, 28)), ("fedmr_cnn", (3, 32, 32)), ("fedmr_femnist_cnn", (1, 28, 28)),
      ("resnet9", (3, 64, 64)), ("resnet20", (3, 32, 32)), ("vgg16", (3, 32, 32)), ("lenet_cifar", (3, 32, 32)),
-     ("pfedme_cnn", (1, 28, 28)), ("mlp_dropout", (1, 28, 28))],
+     ("fedmr_vgg16_mnist", (1, 28, 28)), ("pfedme_cnn", (1, 28, 28)), ("mlp_dropout", (1, 28, 28))],
 )
 def test_paper_models_fold_into_the_wide_step(arch, shape):
     """Every convolutional model of the papers runs as one wide model: its logits for two clients with

@@ -13,7 +13,7 @@ from torch.func import functional_call, vmap
 
 from fedbench.models import MODELS, build_model
 
-NEW_MODELS = ["resnet9", "resnet20", "vgg16", "fedmr_cnn", "fedmr_femnist_cnn", "fedavg_cnn"]
+NEW_MODELS = ["resnet9", "resnet20", "vgg16", "fedmr_vgg16_mnist", "fedmr_cnn", "fedmr_femnist_cnn", "fedavg_cnn"]
 
 
 def count(model: nn.Module) -> int:
@@ -85,6 +85,10 @@ def vgg16_count(pooled: int, classes: int) -> int:
     ("resnet20", (1, 28, 28), 62, resnet20_count(1, 62)),
     ("vgg16", (3, 32, 32), 10, vgg16_count(1, 10)),  # five 2x2 pools: 32 -> 1
     ("vgg16", (3, 32, 32), 20, vgg16_count(1, 20)),
+    # VGG16_mnist (FEMNIST): conv1x1 1->64 (padding 1: 28 -> 30), conv3 64->64, conv3 64->128, conv3 128->256,
+    # conv3 256->512, adaptive pool to 7x7, FC 512*7*7 = 25088 -> 256 -> 62; no BatchNorm
+    ("fedmr_vgg16_mnist", (1, 28, 28), 62, conv(1, 1, 64) + conv(3, 64, 64) + conv(3, 64, 128) + conv(3, 128, 256)
+     + conv(3, 256, 512) + fc(25088, 256) + fc(256, 62)),
     # CNNCifar: conv5 3->6, conv5 6->16, FC 16*5*5 -> 120 -> 84 -> C
     ("fedmr_cnn", (3, 32, 32), 10, conv(5, 3, 6) + conv(5, 6, 16) + fc(16 * 5 * 5, 120) + fc(120, 84) + fc(84, 10)),
     ("fedmr_cnn", (3, 32, 32), 20, conv(5, 3, 6) + conv(5, 6, 16) + fc(16 * 5 * 5, 120) + fc(120, 84) + fc(84, 20)),
@@ -147,7 +151,7 @@ def test_too_small_inputs_are_refused():
 
 @pytest.mark.parametrize("arch, shape", [
     ("resnet9", (3, 32, 32)), ("resnet9", (1, 28, 28)), ("resnet20", (3, 32, 32)), ("resnet20", (1, 28, 28)),
-    ("vgg16", (3, 32, 32)), ("fedmr_cnn", (3, 32, 32)), ("fedmr_femnist_cnn", (1, 28, 28)),
+    ("vgg16", (3, 32, 32)), ("fedmr_vgg16_mnist", (1, 28, 28)), ("fedmr_cnn", (3, 32, 32)), ("fedmr_femnist_cnn", (1, 28, 28)),
     ("fedavg_cnn", (1, 28, 28)),
 ])
 def test_vmap_over_two_clients_matches_each_client(arch, shape):

@@ -860,7 +860,7 @@ def test_cfl_splits_recursively_with_fresh_cluster_ids():
     assert sorted(algorithm.clusters(fed, state).tolist()) == [0, 1, 2, 3]
 
 
-# --- survivors of the mutation run (docs/mutation.md, mutation_notes/) -------------------------------
+# --- survivors of the mutation run (docs/mutation.md, docs/mutation/) -------------------------------
 
 
 def test_bipartition_counts_cosines_rounded_above_one_as_parallel():

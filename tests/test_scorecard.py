@@ -267,7 +267,7 @@ def test_diverged_runs_are_shown_as_diverged_not_as_numbers(tmp_path):
     assert re.search(r"\| 90\.00 ± 0\.00 \(1/2 diverged\)\s+\|", md) and re.search(r"\| diverged\s+\|", md)
 
 
-# --- survivors of the results group's mutation run (docs/mutation.md, mutation_notes/) ---------------
+# --- survivors of the results group's mutation run (docs/mutation.md, docs/mutation/) ---------------
 
 
 def history_run(root, name, algorithm, seed, history, experiment="e", protocol="pooled_max"):

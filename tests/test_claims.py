@@ -132,6 +132,35 @@ def test_write_claims_reads_the_runs(tmp_path):
     assert pd.read_csv(tmp_path / "claims.csv")["difference"][0] == pytest.approx(3.0)
 
 
+def test_the_report_measures_the_seeds_on_disk_and_names_the_command_for_the_rest(tmp_path):
+    from fedbench.results.claims import report_rows
+
+    config = claims_config({"better": "a", "than": "b"})
+    config["claims"]["later"] = {"source": "hand-made", "experiment": "e", "better": "b", "than": "a"}
+    config["experiments"]["e"]["grid"].append({"datasets": ["d"], "partitions": ["q"], "models": ["m"], "algorithms": ["a", "b"]})
+    config["claims"]["later"]["cells"] = {"partitions": ["q"]}
+    config["claims"]["c"]["cells"] = {"partitions": ["p"]}
+    config["results"] = str(tmp_path / "results")
+    for algorithm, values in {"a": [0.82, 0.83], "b": [0.80, 0.80]}.items():  # seeds 0 and 1 of 0, 1, 2, cell p only
+        for seed, value in enumerate(values):
+            path = tmp_path / "results" / "runs" / "e" / "d" / "p" / "m" / algorithm / f"seed{seed}" / "metrics.json"
+            path.parent.mkdir(parents=True)
+            cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
+            path.write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "final": {"accuracy": value}}))
+    config_path = tmp_path / "c.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    rows = report_rows(config_path, load_published()).set_index("claim")
+    # differences 2 and 3 points: mean 2.5, sd 0.7071, t(0.975, 1) = 12.706 -> 2.5 ± 6.353: straddles 0
+    assert rows.loc["c", "seeds"] == "0, 1 (2 of 3)"
+    assert rows.loc["later", "seeds"] == "none (0 of 3)"
+    assert rows.loc["c", "difference"] == pytest.approx(2.5)
+    assert rows.loc["c", "high"] - rows.loc["c", "difference"] == pytest.approx(6.353, abs=1e-3)
+    assert rows.loc["c", "verdict"] == INCONCLUSIVE
+    assert rows.loc["later", "verdict"] == "not yet measured"
+    assert rows.loc["later", "command"] == (f"snakemake --cores 2 --configfile {config_path} --replace-workflow-config "
+                                            "--config 'only_experiments=[e]'")
+
+
 # ---- config checks ---------------------------------------------------------------------------
 
 
@@ -178,3 +207,28 @@ def hand_runs(values: dict[str, list[float]], metric: str = "accuracy") -> pd.Da
     rows = [{"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": a, "seed": s, metric: v}
             for a, per_seed in values.items() for s, v in enumerate(per_seed)]
     return pd.DataFrame(rows)
+
+
+# ---- the workflow (the tiny suite of tests/test_workflow.py) -----------------------------------
+
+from test_workflow import planned_jobs, snakemake, tiny_run, write_config  # noqa: E402,F401  (tiny_run: a fixture)
+
+
+def test_the_workflow_evaluates_the_claims_from_the_runs(tiny_run):
+    config = yaml.safe_load((tiny_run / "tiny_config.yaml").read_text())
+    config["claims"] = {"fedavg_beats_local": {"source": "hand-made", "experiment": "tiny", "better": "fedavg", "than": "local"}}
+    configfile = write_config(tiny_run / "claims_config.yaml", config)
+    jobs = planned_jobs(snakemake(tiny_run, "-n", configfile=configfile).stdout)
+    assert jobs["paper_claims"] == 1 and "train_cell" not in jobs, jobs  # the claims, from the runs already there
+    snakemake(tiny_run, "--cores", "1", configfile=configfile)
+    table = pd.read_csv(tiny_run / "results" / "tables" / "default" / "claims.csv")
+    assert table[["claim", "partition", "n", "verdict"]].values.tolist() == [
+        ["fedavg_beats_local", "dir0.5", 1, INCONCLUSIVE], ["fedavg_beats_local", "iid", 1, INCONCLUSIVE]]  # one seed
+
+
+def test_a_claim_on_an_unknown_algorithm_stops_the_workflow_before_any_job(tmp_path):
+    config = yaml.safe_load((Path(__file__).parent / "data" / "tiny_config.yaml").read_text())
+    config["claims"] = {"c": {"source": "hand-made", "experiment": "tiny", "better": "femam", "than": "local"}}
+    process = snakemake(tmp_path, "-n", configfile=write_config(tmp_path / "bad.yaml", config), check=False)
+    assert process.returncode != 0
+    assert "claims.c.better: 'femam' is not an algorithm of experiment 'tiny'" in process.stdout, process.stdout[-3000:]

@@ -37,7 +37,9 @@ from scipy import stats
 
 from fedbench.data.partition_file import atomic_write
 from fedbench.protocols import PROTOCOLS
+from fedbench.results.papers import PAPERS as PAPER_NAMES
 from fedbench.results.papers import experiment_paper
+from fedbench.results.published import load_published
 from fedbench.results.tables import CELL_COLUMNS, PERCENT_METRICS, load_metrics
 
 METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi")
@@ -166,6 +168,10 @@ def _interval(result, values: np.ndarray) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
+def _per_seed_text(seeds, values) -> str:
+    return ", ".join(f"{v:+.2f} (seed {s})" for s, v in zip(seeds, values))
+
+
 def compare(better: pd.Series, than: pd.Series, pairing: str = "paired") -> dict:
     """Difference ``better - than`` of two per-seed series (indexed by seed): mean, 95 % t interval, n.
     Paired: the seeds both have, difference per seed; unpaired: Welch's interval of the two means."""
@@ -174,7 +180,8 @@ def compare(better: pd.Series, than: pd.Series, pairing: str = "paired") -> dict
         diffs = (both["a"] - both["b"]).to_numpy(float)
         result = stats.ttest_rel(both["a"], both["b"]) if len(diffs) >= 2 and np.ptp(diffs) > 0 else None
         low, high = _interval(result, diffs)
-        return {"difference": float(diffs.mean()) if len(diffs) else math.nan, "low": low, "high": high, "n": len(diffs)}
+        return {"difference": float(diffs.mean()) if len(diffs) else math.nan, "low": low, "high": high, "n": len(diffs),
+                "per_seed": _per_seed_text(both.index, diffs)}
     if pairing != "unpaired":
         raise ClaimError(f"pairing must be 'paired' or 'unpaired', got {pairing!r}")
     a, b = better.dropna().to_numpy(float), than.dropna().to_numpy(float)
@@ -184,7 +191,8 @@ def compare(better: pd.Series, than: pd.Series, pairing: str = "paired") -> dict
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return {"difference": difference, "low": difference, "high": difference, "n": min(len(a), len(b))}
     ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(CONFIDENCE)
-    return {"difference": float(difference), "low": float(ci.low), "high": float(ci.high), "n": min(len(a), len(b))}
+    return {"difference": float(difference), "low": float(ci.low), "high": float(ci.high), "n": min(len(a), len(b)),
+            "per_seed": f"{_per_seed_text(better.dropna().index, a)} vs {_per_seed_text(than.dropna().index, b)}"}
 
 
 def threshold(values: pd.Series, at_least: float) -> dict:
@@ -192,7 +200,8 @@ def threshold(values: pd.Series, at_least: float) -> dict:
     v = values.dropna().to_numpy(float)
     result = stats.ttest_1samp(v, at_least) if len(v) >= 2 and np.ptp(v) > 0 else None
     low, high = _interval(result, v)
-    return {"difference": float(v.mean()) if len(v) else math.nan, "low": low, "high": high, "n": len(v)}
+    return {"difference": float(v.mean()) if len(v) else math.nan, "low": low, "high": high, "n": len(v),
+            "per_seed": _per_seed_text(values.dropna().index, v)}
 
 
 def _per_seed(runs: pd.DataFrame, experiment: str, cell: tuple, algorithm: str, metric: str,
@@ -248,7 +257,7 @@ def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, p
                 "verdict": verdict(result["low"], result["high"], reference, at_least="better" not in claim),
             })
     columns = ["claim", "paper", "source", "experiment", "dataset", "partition", "model", "metric", "comparison",
-               "paper_margin", "difference", "low", "high", "n", "seeds_left_out", "statistic", "verdict"]
+               "paper_margin", "difference", "low", "high", "n", "per_seed", "seeds_left_out", "statistic", "verdict"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -259,7 +268,7 @@ def _measured(row: pd.Series) -> str:
     if math.isnan(row["difference"]):
         return "–"
     if math.isnan(row["low"]):
-        return f"{row['difference']:+.2f} (no interval: {row['n']} seed)"
+        return f"{row['difference']:+.2f} (no interval: {int(row['n'])} seed)"
     return f"{row['difference']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]"
 
 
@@ -276,7 +285,7 @@ def to_markdown(table: pd.DataFrame) -> str:
         "cell": table["dataset"] + " / " + table["partition"] + " / " + table["model"],
         "comparison": table["comparison"] + " (" + table["metric"] + ")",
         "paper's margin": table["paper_margin"].fillna(""),
-        "measured": table.apply(_measured, axis=1), "seeds": table["n"],
+        "measured": table.apply(_measured, axis=1), "per seed": table["per_seed"], "seeds": table["n"],
         "statistic": table["statistic"], "verdict": "**" + table["verdict"] + "**",
     })
     return "\n".join(parts + [shown.to_markdown(index=False), ""])
@@ -290,19 +299,24 @@ def protocol_global_accuracy(metrics_path: str | Path, protocol: str) -> float:
     return math.nan if value is None else value
 
 
+def _runs_with_global(config: dict, metrics_paths: Iterable[str | Path]) -> pd.DataFrame:
+    """:func:`load_metrics` of the runs; where a claim compares ``global_accuracy``, the protocol's reading of it."""
+    paths = list(metrics_paths)
+    runs = load_metrics(paths)
+    if not any(c.get("metric") == "global_accuracy" for c in (config.get("claims") or {}).values()):
+        return runs
+    runs = runs.set_index(CELL_COLUMNS)
+    for path in paths:
+        metrics = json.loads(Path(path).read_text())
+        key = tuple(metrics["cell"][c] for c in CELL_COLUMNS)
+        runs.loc[key, "global_accuracy"] = protocol_global_accuracy(path, metrics["protocol"])
+    return runs.reset_index()
+
+
 def write_claims(config: dict, metrics_paths: Iterable[str | Path], published: pd.DataFrame, csv_path, md_path,
                  paper: str | None = None) -> pd.DataFrame:
     """Evaluate the config's claims (of ``paper``) on the runs' ``metrics.json``; write the table (CSV, Markdown)."""
-    paths = list(metrics_paths)
-    runs = load_metrics(paths)
-    if any(c.get("metric") == "global_accuracy" for c in (config.get("claims") or {}).values()):
-        runs = runs.set_index(CELL_COLUMNS)
-        for path in paths:
-            metrics = json.loads(Path(path).read_text())
-            key = tuple(metrics["cell"][c] for c in CELL_COLUMNS)
-            runs.loc[key, "global_accuracy"] = protocol_global_accuracy(path, metrics["protocol"])
-        runs = runs.reset_index()
-    table = evaluate_claims(config, runs, published, paper)
+    table = evaluate_claims(config, _runs_with_global(config, metrics_paths), published, paper)
     atomic_write(csv_path, lambda p: table.to_csv(p, index=False, float_format="%.4f"))
     atomic_write(md_path, lambda p: Path(p).write_text(to_markdown(table), encoding="utf-8"))
     return table
@@ -310,3 +324,105 @@ def write_claims(config: dict, metrics_paths: Iterable[str | Path], published: p
 
 __all__ = ["ClaimError", "check_claims", "claim_cells", "compare", "threshold", "verdict", "evaluated_claims", "evaluate_claims",
            "published_margins", "to_markdown", "write_claims"]
+
+
+# ---- the committed report (reports/claims.md): every paper's claims, measured where runs exist ----
+
+
+def _measured_seeds(config: dict, name: str) -> list[int]:
+    """The config's seeds for which every run claim ``name`` reads is on disk under ``config['results']``."""
+    claim = config["claims"][name]
+    root = Path(config.get("results", "results")) / "runs" / claim["experiment"]
+    return [
+        int(s) for s in config["seeds"]
+        if all((root / d / p / m / a / f"seed{s}" / "metrics.json").exists()
+               for d, p, m in claim_cells(config, name) for a in claim_algorithms(claim))
+    ]
+
+
+def report_rows(config_path: str | Path, published: pd.DataFrame) -> pd.DataFrame:
+    """Every claim of one config file: measured (on the seeds whose runs all exist, named in
+    ``seeds``) or, where none exist, ``not yet measured`` with the command that measures it."""
+    from fedbench.validation import load_yaml_strict
+
+    config = load_yaml_strict(config_path)
+    rows = []
+    for name, claim in (config.get("claims") or {}).items():
+        measured = _measured_seeds(config, name)
+        if measured:
+            paths = [Path(config.get("results", "results")) / "runs" / claim["experiment"] / d / p / m / a / f"seed{s}" / "metrics.json"
+                     for d, p, m in claim_cells(config, name) for a in claim_algorithms(claim) for s in measured]
+            one = {**config, "claims": {name: claim}, "seeds": measured, "only_experiments": None}
+            table = evaluate_claims(one, _runs_with_global(one, paths), published)
+            rows.append(table.assign(seeds=f"{', '.join(map(str, measured))} ({len(measured)} of {len(config['seeds'])})"))
+            continue
+        margins = published_margins(claim, published) if "better" in claim else []
+        command = (f"snakemake --cores 2 --configfile {config_path} --replace-workflow-config "
+                   f"--config 'only_experiments=[{claim['experiment']}]'")
+        rows.append(pd.DataFrame([{
+            "claim": name, "paper": experiment_paper(config, claim["experiment"]), "source": claim["source"],
+            "experiment": claim["experiment"], "comparison": claim.get("better", claim.get("algorithm")),
+            "metric": claim.get("metric", "accuracy"),
+            "paper_margin": "; ".join(f"{v:+.2f} ({label})" for label, v in margins) or claim.get("margin", ""),
+            "verdict": "not yet measured", "seeds": f"none (0 of {len(config['seeds'])})", "command": command,
+        }]))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def reading(row: pd.Series) -> str:
+    """One line: what the verdict says next to the paper's margin."""
+    if row["verdict"] == "not yet measured":
+        return f"`{row['command']}`"
+    if row["comparison"].count("≥"):
+        return {HOLDS: "recovered: the whole interval is at or above the threshold",
+                FAILS: "not recovered: the whole interval is below the threshold",
+                INCONCLUSIVE: "the interval straddles the threshold (or too few seeds)"}[row["verdict"]]
+    if row["verdict"] == INCONCLUSIVE and row["n"] == 2:
+        return "2 seeds only: the paired t interval has 1 degree of freedom (t = 12.7) and is wide; more seeds narrow it"
+    return {HOLDS: "the direction the paper reports, beyond the seed spread",
+            FAILS: "the opposite of the paper's direction, beyond the seed spread",
+            INCONCLUSIVE: "the seeds cannot tell the two apart here"}[row["verdict"]]
+
+
+def write_report(config_paths: Iterable[str | Path], out: str | Path, published: pd.DataFrame, note: str = "") -> pd.DataFrame:
+    """``reports/claims.md``: per paper, every claim of the given config files (:func:`report_rows`), ``note`` under the header."""
+    table = pd.concat([report_rows(path, published) for path in config_paths], ignore_index=True)
+    parts = ["# The papers' claims, tested on the offline analogues", "",
+             f"Written by `python -m fedbench.results.claims {' '.join(map(str, config_paths))}` from the runs on "
+             "disk under each config's `results:` directory (none typed in).  Measured: mean over seeds of the "
+             "difference (a threshold claim: of the metric), accuracy in %, [95 % Student-t interval, paired over "
+             "the same partition and seed]; *seeds* = the seeds whose runs all exist (how many of the config's seeds).  Verdict: holds "
+             "(interval above 0, or at/above the threshold), does not hold (below), inconclusive (straddles).  "
+             "A claim with no runs yet says so, with the command that measures it.", ""] + ([note, ""] if note else [])
+    for paper in ("femam", "fedmr", "flt", "pfedmt", "default"):
+        rows = table[table["paper"] == paper]
+        if rows.empty:
+            continue
+        shown = pd.DataFrame({
+            "claim": rows["claim"], "source": rows["source"],
+            "cell": rows.apply(lambda r: f"{r['experiment']}" + (f" / {r['partition']}" if isinstance(r.get("partition"), str) else ""), axis=1),
+            "paper's margin": rows["paper_margin"].fillna(""),
+            "measured": rows.apply(lambda r: _measured(r) if r["verdict"] != "not yet measured" else "not yet measured", axis=1),
+            "per seed": rows["per_seed"].fillna(""), "seeds": rows["seeds"], "verdict": "**" + rows["verdict"] + "**",
+            "reading": rows.apply(reading, axis=1),
+        })
+        parts += [f"## {PAPER_NAMES[paper]}", "", shown.to_markdown(index=False), ""]
+    atomic_write(out, lambda p: Path(p).write_text("\n".join(parts), encoding="utf-8"))
+    return table
+
+
+def main(argv: list[str]) -> None:
+    """``python -m fedbench.results.claims CONFIG... [--out reports/claims.md] [--note TEXT]``."""
+    options = {"--out": "reports/claims.md", "--note": ""}
+    for option in options:
+        if option in argv:
+            i = argv.index(option)
+            options[option], argv = argv[i + 1], argv[:i] + argv[i + 2:]
+    table = write_report(argv, options["--out"], load_published(), options["--note"])
+    print(table[["claim", "verdict", "seeds"]].to_string())
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -22,6 +22,10 @@ above), **does not hold** when the whole interval lies below it, **inconclusive*
 straddles it or there are fewer than 2 seeds (no interval).  Seeds whose numbers agree exactly
 have a zero-width interval.  A run that is missing is an error (:class:`ClaimError`); a
 diverged run (no number) leaves its seed out and is counted.
+
+The workflow's rule ``paper_claims`` writes each paper's table from its runs (:func:`write_claims`);
+``python -m fedbench.results.claims CONFIG...`` writes ``reports/claims.md`` from whatever runs are on
+disk, naming the command for the claims not yet measured (:func:`write_report`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from fedbench.results.papers import PAPERS as PAPER_NAMES
 from fedbench.results.papers import experiment_paper
 from fedbench.results.published import load_published
 from fedbench.results.tables import CELL_COLUMNS, PERCENT_METRICS, load_metrics
+from fedbench.validation import load_yaml_strict
 
 METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi")
 """What a claim may compare (columns of :func:`fedbench.results.tables.load_metrics`; ``global_accuracy``
@@ -130,6 +135,12 @@ def published_margins(claim: dict, published: pd.DataFrame, where: str = "claim"
         label = f"{entry['table']}, {entry['dataset']} {entry.get('model', '')} {entry['partition']}".replace("  ", " ")
         out.append((label, sides[0] - sides[1]))
     return out
+
+
+def margin_text(claim: dict, published: pd.DataFrame, where: str = "claim") -> str:
+    """The paper's margin as shown: every published difference with its table and cell, else the claim's ``margin``."""
+    margins = published_margins(claim, published, where) if "better" in claim else []
+    return "; ".join(f"{value:+.2f} ({label})" for label, value in margins) or claim.get("margin", "")
 
 
 def check_claims(config: dict, published: pd.DataFrame | None = None) -> None:
@@ -237,8 +248,7 @@ def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, p
         claim = config["claims"][name]
         metric = claim.get("metric", "accuracy")
         pairing = claim.get("pairing", "paired")
-        margins = published_margins(claim, published, f"claims.{name}") if "better" in claim else []
-        paper_margin = "; ".join(f"{value:+.2f} ({label})" for label, value in margins) or claim.get("margin", "")
+        paper_margin = margin_text(claim, published, f"claims.{name}")
         for cell in claim_cells(config, name):
             where = f"claims.{name}"
             series = [_per_seed(runs, claim["experiment"], cell, a, metric, seeds, where) for a in claim_algorithms(claim)]
@@ -322,48 +332,43 @@ def write_claims(config: dict, metrics_paths: Iterable[str | Path], published: p
     return table
 
 
-__all__ = ["ClaimError", "check_claims", "claim_cells", "compare", "threshold", "verdict", "evaluated_claims", "evaluate_claims",
-           "published_margins", "to_markdown", "write_claims"]
-
-
 # ---- the committed report (reports/claims.md): every paper's claims, measured where runs exist ----
 
 
-def _measured_seeds(config: dict, name: str) -> list[int]:
-    """The config's seeds for which every run claim ``name`` reads is on disk under ``config['results']``."""
+def _metrics_paths(config: dict, name: str, seed: int) -> list[Path]:
+    """``metrics.json`` of every run claim ``name`` reads for ``seed``, under the config's ``results``
+    (the layout of :meth:`fedbench.config.Cell.run_dir`)."""
     claim = config["claims"][name]
     root = Path(config.get("results", "results")) / "runs" / claim["experiment"]
-    return [
-        int(s) for s in config["seeds"]
-        if all((root / d / p / m / a / f"seed{s}" / "metrics.json").exists()
-               for d, p, m in claim_cells(config, name) for a in claim_algorithms(claim))
-    ]
+    return [root / d / p / m / a / f"seed{seed}" / "metrics.json"
+            for d, p, m in claim_cells(config, name) for a in claim_algorithms(claim)]
+
+
+def _measured_seeds(config: dict, name: str) -> list[int]:
+    """The config's seeds for which every run claim ``name`` reads is on disk."""
+    return [int(s) for s in config["seeds"] if all(path.exists() for path in _metrics_paths(config, name, int(s)))]
 
 
 def report_rows(config_path: str | Path, published: pd.DataFrame) -> pd.DataFrame:
     """Every claim of one config file: measured (on the seeds whose runs all exist, named in
     ``seeds``) or, where none exist, ``not yet measured`` with the command that measures it."""
-    from fedbench.validation import load_yaml_strict
-
     config = load_yaml_strict(config_path)
     rows = []
     for name, claim in (config.get("claims") or {}).items():
         measured = _measured_seeds(config, name)
         if measured:
-            paths = [Path(config.get("results", "results")) / "runs" / claim["experiment"] / d / p / m / a / f"seed{s}" / "metrics.json"
-                     for d, p, m in claim_cells(config, name) for a in claim_algorithms(claim) for s in measured]
+            paths = [path for seed in measured for path in _metrics_paths(config, name, seed)]
             one = {**config, "claims": {name: claim}, "seeds": measured, "only_experiments": None}
             table = evaluate_claims(one, _runs_with_global(one, paths), published)
             rows.append(table.assign(seeds=f"{', '.join(map(str, measured))} ({len(measured)} of {len(config['seeds'])})"))
             continue
-        margins = published_margins(claim, published) if "better" in claim else []
         command = (f"snakemake --cores 2 --configfile {config_path} --replace-workflow-config "
                    f"--config 'only_experiments=[{claim['experiment']}]'")
         rows.append(pd.DataFrame([{
             "claim": name, "paper": experiment_paper(config, claim["experiment"]), "source": claim["source"],
             "experiment": claim["experiment"], "comparison": claim.get("better", claim.get("algorithm")),
             "metric": claim.get("metric", "accuracy"),
-            "paper_margin": "; ".join(f"{v:+.2f} ({label})" for label, v in margins) or claim.get("margin", ""),
+            "paper_margin": margin_text(claim, published, f"claims.{name}"),
             "verdict": "not yet measured", "seeds": f"none (0 of {len(config['seeds'])})", "command": command,
         }]))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
@@ -420,6 +425,10 @@ def main(argv: list[str]) -> None:
             options[option], argv = argv[i + 1], argv[:i] + argv[i + 2:]
     table = write_report(argv, options["--out"], load_published(), options["--note"])
     print(table[["claim", "verdict", "seeds"]].to_string())
+
+
+__all__ = ["ClaimError", "check_claims", "claim_cells", "compare", "threshold", "verdict", "evaluated_claims",
+           "evaluate_claims", "published_margins", "to_markdown", "write_claims", "report_rows", "write_report"]
 
 
 if __name__ == "__main__":

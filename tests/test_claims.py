@@ -132,6 +132,25 @@ def test_write_claims_reads_the_runs(tmp_path):
     assert pd.read_csv(tmp_path / "claims.csv")["difference"][0] == pytest.approx(3.0)
 
 
+def test_global_accuracy_is_read_at_the_round_the_protocol_picks(tmp_path):
+    # pooled_max picks each run's best round of the global model (pFedMT's T = 600 column):
+    # a peaks at 0.9 and ends at 0.7, b stays at 0.8 -> +10 points per seed (the last round would say -10)
+    paths = []
+    for algorithm, curve in {"a": [0.5, 0.9, 0.7], "b": [0.8, 0.8, 0.8]}.items():
+        for seed in (0, 1):
+            run = tmp_path / algorithm / f"seed{seed}"
+            run.mkdir(parents=True)
+            pd.DataFrame({"round": [1, 2, 3], "global_acc": curve, "global_f1": curve, "global_loss": [1.0] * 3}).to_csv(
+                run / "history.csv", index=False)
+            cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
+            (run / "metrics.json").write_text(json.dumps({"cell": cell, "protocol": "pooled_max", "final": {"accuracy": 0.5},
+                                                          "global": {"accuracy": curve[-1]}}))
+            paths.append(run / "metrics.json")
+    config = claims_config({"better": "a", "than": "b", "metric": "global_accuracy"}, seed_list=[0, 1])
+    table = write_claims(config, paths, load_published(), tmp_path / "claims.csv", tmp_path / "claims.md")
+    assert table[["difference", "low", "high", "verdict"]].values.tolist() == [[pytest.approx(10.0)] * 3 + [HOLDS]]
+
+
 def test_the_report_measures_the_seeds_on_disk_and_names_the_command_for_the_rest(tmp_path):
     from fedbench.results.claims import report_rows
 

@@ -230,7 +230,7 @@ def hand_runs(values: dict[str, list[float]], metric: str = "accuracy") -> pd.Da
 
 # ---- the workflow (the tiny suite of tests/test_workflow.py) -----------------------------------
 
-from test_workflow import planned_jobs, snakemake, tiny_run, write_config  # noqa: E402,F401  (tiny_run: a fixture)
+from test_workflow import planned_jobs, report_categories, snakemake, tiny_run, write_config  # noqa: E402,F401  (tiny_run: a fixture)
 
 
 def test_the_workflow_evaluates_the_claims_from_the_runs(tiny_run):
@@ -243,6 +243,11 @@ def test_the_workflow_evaluates_the_claims_from_the_runs(tiny_run):
     table = pd.read_csv(tiny_run / "results" / "tables" / "default" / "claims.csv")
     assert table[["claim", "partition", "n", "verdict"]].values.tolist() == [
         ["fedavg_beats_local", "dir0.5", 1, INCONCLUSIVE], ["fedavg_beats_local", "iid", 1, INCONCLUSIVE]]  # one seed
+    report = tiny_run / "claims_report.html"
+    snakemake(tiny_run, "--report", str(report), configfile=configfile)
+    suite = report_categories(report.read_text(errors="replace"))["Default suite"]
+    assert sorted(suite)[0] == "0. Claims"  # the report lists subcategories by name: the claims first
+    assert sorted(Path(p).name for p in suite["0. Claims"]) == ["claims.csv", "claims.md"]
 
 
 def test_a_claim_on_an_unknown_algorithm_stops_the_workflow_before_any_job(tmp_path):

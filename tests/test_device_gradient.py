@@ -66,3 +66,30 @@ def test_draws_are_deterministic_per_generator_and_cover_subsets_of_clients():
     for c, client in enumerate(clients.tolist()):
         own = set(data.test.index[client, : data.test.counts[client]].tolist())
         assert set(a[:, c].flatten().tolist()) <= own
+
+
+def test_softmax_is_shifted_per_row_so_clients_with_logits_far_apart_stay_finite():
+    """grad f_ij of pFedMT's Eq. (10) (and pFedMe's/Per-FedAvg's minibatch gradients) on the hand-written
+    path: the mean cross-entropy is log-sum-exp minus the target logit, with each row shifted by its own
+    largest logit.  Client 0's logits sit about 300 above client 1's (a bias of 300 on one class); a
+    shift shared by all rows would underflow client 1's exp to 0 in float32 (log 0).  Both clients'
+    losses and gradients equal a float64 autograd of ``F.cross_entropy`` per client."""
+    torch.manual_seed(0)
+    data = make_data([4, 5])
+    model = MODELS["mlr"]()
+    g = torch.Generator().manual_seed(2)
+    theta = {n: torch.randn(2, *p.shape, generator=g) * 0.1 for n, p in model.named_parameters()}
+    theta["1.bias"][0, 0] = 300.0
+    oracle = MinibatchGradients(model, data, data.train, batch_size=3)
+    clients = torch.arange(2)
+    batch = oracle.draw(1, clients, g)
+    grads, loss = oracle(theta, batch[0], clients)
+    for j in range(2):
+        params = {n: theta[n][j].double().requires_grad_() for n in theta}
+        x, y = batch.x[0, j].double(), batch.y[0, j]
+        ce = nn.functional.cross_entropy(torch.func.functional_call(model, params, (x,)), y)
+        ce.backward()
+        assert torch.isfinite(loss[j])
+        torch.testing.assert_close(loss[j].double(), ce.detach(), rtol=1e-5, atol=1e-4)
+        for n in theta:
+            torch.testing.assert_close(grads[n][j].double(), params[n].grad, rtol=1e-4, atol=1e-5)

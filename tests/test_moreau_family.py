@@ -27,7 +27,8 @@ class Point(nn.Module):
 
 
 class QuadraticOracle:
-    """Stands in for MinibatchGradients: grad f_i(theta) = theta - c_i; records the splits asked for."""
+    """Stands in for MinibatchGradients: f_i(theta) = 1/2 ||theta - c_i||^2, gradient theta - c_i, and
+    the loss f_i at the point asked for; records the splits asked for."""
 
     def __init__(self, c: torch.Tensor, calls: list):
         self.c, self.calls = c, calls
@@ -36,7 +37,8 @@ class QuadraticOracle:
         return torch.zeros(steps, len(clients), 1, dtype=torch.long)
 
     def __call__(self, params, rows, clients):
-        return {"p": params["p"] - self.c[clients]}, torch.zeros(len(clients), dtype=DT)
+        diff = params["p"] - self.c[clients]
+        return {"p": diff}, 0.5 * diff.pow(2).sum(1)
 
 
 def quadratic_federation(sizes, c, x0, lr=0.1, participation=1.0):
@@ -110,6 +112,7 @@ def test_perfedavg_one_round_and_adaptation_by_hand(problem):
     state, _ = algo.round(fed, algo.init(fed, initial), 1)
     x1 = (p[:, None] * (x0 - beta * (1 - alpha) * (x0 - c))).sum(0)
     torch.testing.assert_close(state["global"]["p"], x1)
+    torch.testing.assert_close(algo.global_model(fed, state)["p"], x1)  # the GM is the meta-model, not adapted
     assert calls == ["train"]
     torch.testing.assert_close(algo.client_models(fed, state, 1)["p"], x1 - alpha * (x1 - c))
     assert calls[-1] == "train"
@@ -117,6 +120,31 @@ def test_perfedavg_one_round_and_adaptation_by_hand(problem):
     one = x1 - alpha * (x1 - c)
     torch.testing.assert_close(code.client_models(fed, state, 1)["p"], one - beta * (one - c))
     assert calls[-1] == "test"
+
+
+def test_round_loss_is_each_clients_mean_loss_over_its_steps_by_hand(problem):
+    """The round's per-client training loss (the history's train_loss) is the mean of f_i at the points
+    each step's gradient is taken, over all of the round's gradient steps; f_i = 1/2 ||theta - c_i||^2.
+
+    pFedMe (Dinh et al. 2020, Algorithm 1, Eq. 7 by K steps), R = 1 from theta = w = x: the first step is
+    at x, the second at theta_1 = x - pl (x - c) (the proximal term lam (theta - w) is 0 at theta = w), so
+    K = 1: f(x);  K = 2: (f(x) + (1 - pl)^2 f(x)) / 2.
+    Per-FedAvg (Fallah et al. 2020, Algorithm 1, FO): each local round's loss is the inner step's, at theta
+    on D; theta_1 = x - beta (1 - alpha)(x - c), so R = 1: f(x);  R = 2: (f(x) + (1 - beta (1 - alpha))^2 f(x)) / 2."""
+    c, x0, sizes, _ = problem
+    f = 0.5 * (x0 - c).pow(2).sum(1)  # f_i(x) for every client
+    lam, pl, eta = 2.0, 0.1, 0.05
+    for K, expected in ((1, f), (2, (f + (1 - pl) ** 2 * f) / 2)):
+        fed, initial, _ = quadratic_federation(sizes, c, x0, lr=eta)
+        algo = ALGORITHMS["pfedme"](lam=lam, personal_lr=pl, inner_steps=K, local_steps=1)
+        _, loss = algo.round(fed, algo.init(fed, initial), 1)
+        torch.testing.assert_close(loss, expected, check_dtype=False)
+    alpha, beta = 0.2, 0.3
+    for R, expected in ((1, f), (2, (f + (1 - beta * (1 - alpha)) ** 2 * f) / 2)):
+        fed, initial, _ = quadratic_federation(sizes, c, x0, lr=alpha)  # participation 1: every client, in order
+        algo = ALGORITHMS["perfedavg"](beta=beta, local_steps=R)
+        _, loss = algo.round(fed, algo.init(fed, initial), 1)
+        torch.testing.assert_close(loss, expected, check_dtype=False)
 
 
 def test_fedavg_in_steps_with_one_client_is_plain_sgd(problem):
@@ -327,7 +355,7 @@ def test_pfedme_rounds_by_hand_on_real_minibatches():
     algo = ALGORITHMS["pfedme"](lam=lam, personal_lr=pl, inner_steps=K, local_steps=R, beta=beta)
     state = algo.init(fed, initial)
     for t in (1, 2):
-        state, _ = algo.round(fed, state, t)
+        state, loss = algo.round(fed, state, t)
 
     g = torch.Generator().manual_seed(4)
     x = dict(initial)
@@ -335,16 +363,19 @@ def test_pfedme_rounds_by_hand_on_real_minibatches():
     for _ in (1, 2):
         rows = draw_rows(data, fed, data.train, R, everyone, g)
         w, theta = [dict(x) for _ in SIZES], [dict(x) for _ in SIZES]
+        expected_loss = torch.zeros(len(SIZES))  # each client's mean minibatch loss over its K * R personal steps
         for i in everyone.tolist():
             for r in range(R):
                 batch = rows[r, i]
                 for _ in range(K):
-                    grad, _ = ce_gradient(fed.model, theta[i], data.x[batch], data.y[batch])
+                    grad, value = ce_gradient(fed.model, theta[i], data.x[batch], data.y[batch])
+                    expected_loss[i] += value / (K * R)
                     theta[i] = {n: theta[i][n] - pl * (grad[n] + lam * (theta[i][n] - w[i][n])) for n in x}
                 w[i] = {n: w[i][n] - eta * lam * (w[i][n] - theta[i][n]) for n in x}
         chosen = sample(g)
         average = weighted([w[i] for i in chosen.tolist()], chosen)
         x = {n: (1 - beta) * x[n] + beta * average[n] for n in x}
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
     for n in x:
         torch.testing.assert_close(state["global"][n], x[n], atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(state["personal"][n], torch.stack([theta[i][n] for i in everyone]), atol=1e-5, rtol=1e-4)
@@ -362,22 +393,25 @@ def test_perfedavg_rounds_and_adaptation_by_hand_on_real_minibatches():
     algo = ALGORITHMS["perfedavg"](beta=beta, local_steps=R)
     state = algo.init(fed, initial)
     for t in (1, 2):
-        state, _ = algo.round(fed, state, t)
+        state, loss = algo.round(fed, state, t)
 
     g = torch.Generator().manual_seed(4)
     x = dict(initial)
     for _ in (1, 2):
         chosen = sample(g)
         rows = draw_rows(data, fed, data.train, 2 * R, chosen, g)
-        models = []
+        models, expected_loss = [], torch.zeros(len(chosen))  # each sampled client's mean inner-step loss over R
         for c in range(len(chosen)):
             theta = dict(x)
             for r in range(R):
                 d, d2 = rows[2 * r, c], rows[2 * r + 1, c]
-                temp = step(theta, ce_gradient(fed.model, theta, data.x[d], data.y[d])[0], alpha)
+                grad, value = ce_gradient(fed.model, theta, data.x[d], data.y[d])
+                expected_loss[c] += value / R
+                temp = step(theta, grad, alpha)
                 theta = step(theta, ce_gradient(fed.model, temp, data.x[d2], data.y[d2])[0], beta)
             models.append(theta)
         x = weighted(models, chosen)
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
     for n in x:
         torch.testing.assert_close(state["global"][n], x[n], atol=1e-5, rtol=1e-4)
 

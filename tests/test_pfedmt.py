@@ -179,7 +179,10 @@ def pfedmt_by_hand(fed, x, team, rounds, hp, weighting, global_step):
             theta = [dict(w[team[j]]) for j in everyone]  # line 4
             for j in everyone.tolist():
                 for l in range(hp["local_iterations"]):  # line 6 / Eq. (10)
-                    grad, value = ce_gradient(fed.model, theta[j], data.x[rows[l, j]], data.y[rows[l, j]])
+                    if n[j] == 0:  # a device without training rows: no data gradient and no loss, only the pull
+                        grad, value = {p: torch.zeros_like(theta[j][p]) for p in x}, 0.0
+                    else:
+                        grad, value = ce_gradient(fed.model, theta[j], data.x[rows[l, j]], data.y[rows[l, j]])
                     loss[j] += value / (hp["team_iterations"] * hp["local_iterations"])
                     theta[j] = {p: theta[j][p] - a * grad[p] - a * lam * (theta[j][p] - w[team[j]][p]) for p in x}
             for i in teams:  # lines 8-9 / Eq. (7)
@@ -220,6 +223,65 @@ def test_rounds_through_the_federation_by_hand(teams, weighting, global_step):
     for p in x:
         torch.testing.assert_close(algo.global_model(fed, state)[p], x[p], atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(algo.client_models(fed, state, 2)[p], torch.stack([th[p] for th in theta]), atol=1e-5, rtol=1e-4)
+
+
+def test_a_device_without_training_rows_takes_only_the_proximal_pull():
+    """pFedMT (Algorithm 1, line 6 / Eq. 10) with device 1 holding no training rows: its f_ij contributes no
+    gradient, so theta_1j <- theta_1j - alpha lam (theta_1j - w_i) only (from theta = w_i it stays on its team
+    model), and its loss is 0.  Uniform delta (line 8) puts its theta into its team's model, so the whole
+    round is compared with :func:`pfedmt_by_hand` (two rounds, K = L = 2, two teams)."""
+    data = make_data([6, 0, 5, 3, 4], test=2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=3, lr=0.1), seed=5)
+    teams = [7, 7, 3, 3, 3]
+    fed.teams = np.array(teams)
+    hp = {"team_iterations": 2, "local_iterations": 2, "alpha": 0.1, "eta": 0.2, "lam": 2.0, "gamma": 0.5, "beta": 0.8}
+    algo = ALGORITHMS["pfedmt"](**hp, weighting="uniform")
+    initial = model_weights(model)
+    state = algo.init(fed, initial)
+    for t in (1, 2):
+        state, loss = algo.round(fed, state, t)
+
+    x, theta, expected_loss = pfedmt_by_hand(fed, initial, teams, 2, hp, "uniform", "eq4")
+    assert expected_loss[1] == 0
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
+    for p in x:
+        torch.testing.assert_close(algo.global_model(fed, state)[p], x[p], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(algo.client_models(fed, state, 2)[p], torch.stack([th[p] for th in theta]), atol=1e-5, rtol=1e-4)
+
+
+def test_a_round_without_team_or_local_iterations_trains_nothing():
+    """Algorithm 1 with empty inner loops, through the federation.  K = 0: no team iteration, so
+    w_i^{t,K} = x^t (line 2), w_bar = x^t (line 11) and line 12 gives x under Eq. 4 and
+    (1 - beta gamma + beta) x as printed; no device trains, so every personalised model is kept and the
+    round's loss is 0 for every device.  L = 0 (K = 1): theta_ij = w_i^{t,0} = x (line 4, no local step),
+    the team step (Eq. 7) gives (1 - eta lam - eta gamma) x + eta gamma x + eta lam x = x, so x is kept and
+    every personalised model becomes x; the loss is again 0."""
+    data = make_data([4, 3, 5], test=2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=2, lr=0.1), seed=1)
+    fed.teams = np.array([0, 0, 1])
+    hp = {"alpha": 0.1, "eta": 0.2, "lam": 2.0, "gamma": 0.5, "beta": 0.8}
+    trained = ALGORITHMS["pfedmt"](team_iterations=1, local_iterations=1, **hp)
+    state, _ = trained.round(fed, trained.init(fed, model_weights(model)), 1)  # personal models differ from x
+    x, personal = state["global"], state["personal"]
+    assert not torch.allclose(personal["1.weight"], x["1.weight"].expand_as(personal["1.weight"]))
+    zero = torch.zeros(3)
+    for global_step, factor in (("eq4", 1.0), ("algorithm1", 1 - 0.8 * 0.5 + 0.8)):
+        algo = ALGORITHMS["pfedmt"](team_iterations=0, local_iterations=1, global_step=global_step, **hp)
+        new, loss = algo.round(fed, state, 2)
+        torch.testing.assert_close(loss, zero)
+        for p in x:
+            torch.testing.assert_close(new["global"][p], factor * x[p])
+            torch.testing.assert_close(new["personal"][p], personal[p])
+    algo = ALGORITHMS["pfedmt"](team_iterations=1, local_iterations=0, **hp)
+    new, loss = algo.round(fed, state, 2)
+    torch.testing.assert_close(loss, zero)
+    for p in x:
+        torch.testing.assert_close(new["global"][p], x[p])
+        torch.testing.assert_close(new["personal"][p], x[p].expand_as(personal[p]))
 
 
 def test_rejects_unknown_options():

@@ -12,6 +12,7 @@ from fedbench.cost import cell_cost, device_kind, estimated_shape, runtime_minut
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
 from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
+from fedbench.results.claims import evaluated_claims
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)
@@ -272,3 +273,23 @@ def results_sources():
     redraws them: the workflow profile leaves Snakemake's ``code`` trigger off)."""
     scripts = [path for path in library_sources("workflow/scripts/*.py") if os.path.basename(path) not in STAGE_SCRIPTS]
     return library_sources("fedbench/results/**/*.py") + scripts
+
+
+# ---- claims (rule paper_claims, workflow/rules/claims.smk) -----------------------------------------
+
+def claimed_experiments(paper=None):
+    """The experiments with cells that a claim (of ``paper``, or any) is tested on."""
+    with_cells = {c.experiment for c in CELLS}
+    return {config["claims"][name]["experiment"] for name in evaluated_claims(config, paper)} & with_cells
+
+
+def claims_files():
+    """Per paper with a claim on an experiment that has cells: its claims table (CSV, Markdown)."""
+    papers = config_papers(config, claimed_experiments())
+    return [f"{RESULTS}/tables/{p}/claims.{ext}" for p in papers for ext in ("csv", "md")]
+
+
+def claims_runs(wildcards, name):
+    """``name`` (metrics.json, history.csv) of every run of the paper's claimed experiments."""
+    experiments = claimed_experiments(wildcards.paper)
+    return [run_file(c, name) for c in CELLS if c.experiment in experiments]

@@ -114,9 +114,11 @@ def write_paper_rows(kind: str, table_csv, experiments: Iterable[str], csv_path,
     """Write one paper's rows of the whole config's ``results`` table or ``scorecard`` (``kind``)
     as CSV (all columns) and Markdown (the table's own layout)."""
     to_markdown = {"results": results_markdown, "scorecard": scorecard_markdown}[kind]
-    rows = paper_rows(pd.read_csv(table_csv), experiments)
-    if kind == "scorecard":  # a blank text cell (FLT's model) reads back as NaN, which groupby would drop
-        rows = rows.fillna({column: "" for column in SCORECARD_TEXT if column in rows})
+    # a scorecard's blank text cell (FLT's model) reads back as NaN, which groupby would drop
+    text = dict.fromkeys(SCORECARD_TEXT, str) if kind == "scorecard" else None
+    rows = paper_rows(pd.read_csv(table_csv, dtype=text), experiments)
+    if kind == "scorecard":
+        rows = rows.fillna(dict.fromkeys(SCORECARD_TEXT, ""))
     atomic_write(csv_path, lambda p: rows.to_csv(p, index=False))
     atomic_write(md_path, lambda p: Path(p).write_text(to_markdown(rows), encoding="utf-8"))
     return rows

@@ -6,7 +6,7 @@
 #                    config/throughputs.yaml (bench-cpu: a few clients on the CPU; BENCH_ARGS="--size tiny" to try it)
 # make stale         list finished cells whose code changed since they ran (ALGORITHM=name: one algorithm)
 # make rerun-stale   rerun exactly those cells (and the tables)
-# make mutation      mutation testing of the library's core with mutmut (docs/mutation.md: 15-40 minutes per
+# make mutation      mutation testing of the library's core with mutmut (docs/mutation.md: 11-60+ minutes per
 #                    group on 2 cores); GROUPS=fedmr,femam for some groups; not part of `make test`
 # make slurm-local   start a single-node SLURM cluster here (root), run a tiny config through
 #                    profiles/slurm, compare with a local run, stop the daemons (README, "SLURM")

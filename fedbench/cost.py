@@ -24,7 +24,6 @@ exists, else is estimated from the dataset's registered facts (:func:`estimated_
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,10 @@ from pathlib import Path
 import torch
 import yaml
 
+from fedbench.job_memory import cell_job_mb
+from fedbench.workload import CellShape, model_cost
+
 THROUGHPUTS = Path(__file__).resolve().parents[1] / "config" / "throughputs.yaml"
-MB = 2**20
 
 # model architecture -> the family whose measured throughput it uses (the benchmark's families)
 FAMILIES = {
@@ -50,56 +51,7 @@ GLOBAL_TEST_SHARE = 1 / 6  # an official test set (MNIST, CIFAR: 10,000 of 60,00
 SYNTHETIC_SAMPLES_PER_USER = 2265  # pFedMe's Synthetic: (E[floor(lognormal(4, 2))] + 50) x 5
 
 
-# ---- the model ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelCost:
-    train_flops: float  # one sample's forward + backward (weight and activation gradients)
-    eval_flops: float  # one sample's forward
-    state_bytes: int  # parameters + buffers of one model
-
-
-@functools.lru_cache(maxsize=64)
-def _model_cost(spec_json: str, input_shape: tuple[int, ...], num_classes: int) -> ModelCost:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from fedbench.models import build_model
-
-    with torch.device("meta"):
-        model = build_model(json.loads(spec_json), input_shape, num_classes)
-    model.train()
-    x = torch.empty(2, *input_shape, device="meta")  # 2 samples: BatchNorm1d needs more than one
-    y = torch.zeros(2, dtype=torch.long, device="meta")
-    with FlopCounterMode(display=False) as forward:
-        torch.nn.functional.cross_entropy(model(x), y)
-    with FlopCounterMode(display=False) as both:
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-    state = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    return ModelCost(both.get_total_flops() / 2, forward.get_total_flops() / 2, state)
-
-
-def model_cost(spec: dict, input_shape, num_classes: int) -> ModelCost:
-    """FLOPs per sample and bytes of the model ``spec`` (built on the meta device: no memory, no compute)."""
-    return _model_cost(json.dumps(spec, sort_keys=True), tuple(input_shape), num_classes)
-
-
 # ---- the cell's shape -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CellShape:
-    """What the cost of a cell depends on besides its settings; ``estimated``: from dataset facts,
-    before the partition exists."""
-
-    num_clients: int
-    train_samples: int  # over all clients
-    eval_samples: int  # test + validation rows over all clients
-    largest_client: int  # training samples of the largest client (its effective batch)
-    input_shape: tuple[int, ...]
-    num_classes: int
-    dataset_samples: int  # rows the job holds in memory
-    estimated: bool = False
 
 
 def summary_shape(summary: dict) -> CellShape:
@@ -224,8 +176,6 @@ def device_kind(device: str) -> str:
 
 def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = None) -> CellCost:
     """Work, estimated seconds (before the safety factor) and host memory of one cell on ``device`` (cpu or cuda)."""
-    from fedbench.job_memory import cell_job_mb
-
     table = table or throughputs()
     family = FAMILIES.get(spec["model"]["arch"], "fedavg_cnn")
     figures = table[device].get("families", {}).get(family)

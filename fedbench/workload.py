@@ -1,0 +1,64 @@
+"""What a training cell is made of, for its cost and its memory: the model's FLOPs per sample and
+bytes (counted by ``torch.utils.flop_counter.FlopCounterMode`` on the ``meta`` device) and the
+cell's shape (clients, samples, input).  :mod:`fedbench.cost` turns them into time,
+:mod:`fedbench.job_memory` into a job's memory."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+import torch
+
+
+# ---- the model ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    train_flops: float  # one sample's forward + backward (weight and activation gradients)
+    eval_flops: float  # one sample's forward
+    state_bytes: int  # parameters + buffers of one model
+
+
+@functools.lru_cache(maxsize=64)
+def _model_cost(spec_json: str, input_shape: tuple[int, ...], num_classes: int) -> ModelCost:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedbench.models import build_model
+
+    with torch.device("meta"):
+        model = build_model(json.loads(spec_json), input_shape, num_classes)
+    model.train()
+    x = torch.empty(2, *input_shape, device="meta")  # 2 samples: BatchNorm1d needs more than one
+    y = torch.zeros(2, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as forward:
+        torch.nn.functional.cross_entropy(model(x), y)
+    with FlopCounterMode(display=False) as both:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    state = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    return ModelCost(both.get_total_flops() / 2, forward.get_total_flops() / 2, state)
+
+
+def model_cost(spec: dict, input_shape, num_classes: int) -> ModelCost:
+    """FLOPs per sample and bytes of the model ``spec`` (built on the meta device: no memory, no compute)."""
+    return _model_cost(json.dumps(spec, sort_keys=True), tuple(input_shape), num_classes)
+
+
+# ---- the cell's shape -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellShape:
+    """What the cost of a cell depends on besides its settings; ``estimated``: from dataset facts,
+    before the partition exists."""
+
+    num_clients: int
+    train_samples: int  # over all clients
+    eval_samples: int  # test + validation rows over all clients
+    largest_client: int  # training samples of the largest client (its effective batch)
+    input_shape: tuple[int, ...]
+    num_classes: int
+    dataset_samples: int  # rows the job holds in memory
+    estimated: bool = False

@@ -5,13 +5,7 @@
 #   snakemake --cores 1 results/runs/<experiment>/<dataset>/<partition>/<model>/<algorithm>/seed<N>/metrics.json
 #   snakemake --report reports/fedbench.html
 
-from pathlib import Path
-
-from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
-
-from fedbench.config import validate_config
-from fedbench.validation import ConfigFileError
+from snakemake.utils import min_version
 
 min_version("8.10")
 
@@ -19,29 +13,10 @@ min_version("8.10")
 configfile: "config/config.yaml"
 
 
-# A bad config stops here, before any job, with one line naming the entry, the problem and the
-# valid choices: repeated keys, then structure and types (schema), then names, parameter values,
-# grids and published links.  A schema violation's full report goes to CONFIG_ERROR_LOG.
-CONFIG_ERROR_LOG = Path(".snakemake/log/fedbench_config_error.log")
-try:
-    validate_config(
-        config,
-        workflow.configfiles,
-        schema=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
-        published_csv=Path(workflow.basedir) / "config/published_results.csv",
-    )
-except ConfigFileError as error:
-    CONFIG_ERROR_LOG.parent.mkdir(parents=True, exist_ok=True)
-    CONFIG_ERROR_LOG.write_text(f"{error.detail}\n")
-    raise WorkflowError(f"Invalid fedbench config: {error} (full report: {CONFIG_ERROR_LOG})")
-except ValueError as error:
-    raise WorkflowError(f"Invalid fedbench config: {error}")
-validate(config, "workflow/schemas/config.schema.yaml")  # fills in the schema's defaults
-
-
 report: "workflow/report/workflow.rst"
 
 
+# The config's validation (a bad config stops here, before any job), then the shared helpers.
 include: "workflow/rules/common.smk"
 
 

@@ -1,11 +1,16 @@
-# Helpers shared by the rule files (cell expansion, output paths, library sources per stage).
-# Functions and constants only; the rules live in the other files.
+# Included first by the Snakefile: the config's validation, then the helpers shared by the rule
+# files (cell expansion, output paths, library sources per stage).
+# Validation, functions and constants only; the rules live in the other files.
 
 import functools
 import glob
 import json
 import os
 import re
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
 
 from fedbench.config import RUN_ONLY_SETTINGS, Cell, expand_cells, expand_partitions, resolve_cell
 from fedbench.cost import cell_cost, device_kind, estimated_shape, runtime_minutes, summary_shape
@@ -13,6 +18,32 @@ from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
 from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
 from fedbench.results.claims import evaluated_claims
+from fedbench.config import validate_config
+from fedbench.validation import ConfigFileError
+
+# ---- validation ---------------------------------------------------------------------
+# A bad config stops here, before any job, with one line naming the entry, the problem and the
+# valid choices: repeated keys, then structure and types (schema), then names, parameter values,
+# grids and published links.  A schema violation's full report goes to CONFIG_ERROR_LOG.
+CONFIG_ERROR_LOG = Path(".snakemake/log/fedbench_config_error.log")
+try:
+    validate_config(
+        config,
+        workflow.configfiles,
+        schema=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
+        published_csv=Path(workflow.basedir) / "config/published_results.csv",
+    )
+except ConfigFileError as error:
+    CONFIG_ERROR_LOG.parent.mkdir(parents=True, exist_ok=True)
+    CONFIG_ERROR_LOG.write_text(f"{error.detail}\n")
+    raise WorkflowError(f"Invalid fedbench config: {error} (full report: {CONFIG_ERROR_LOG})")
+except ValueError as error:
+    raise WorkflowError(f"Invalid fedbench config: {error}")
+validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defaults (path: relative to this file)
+
+
+# ---- constants (of the validated config) --------------------------------------------
+
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)

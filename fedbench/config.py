@@ -211,7 +211,7 @@ def _check_ignored_training(config: dict, experiment: str, spec: dict, algorithm
     given = spec.get("training", {})
     for block in spec.get("grid", []):
         for name in block["algorithms"]:
-            ignored = getattr(algorithms.get(name), "ignored_training", {}) or {}
+            ignored = algorithms[name].ignored_training
             entry = config["algorithms"][name]
             for key in given:
                 if _REPLACED_BY.get(key) in entry or (key in _HARMLESS and given[key] == _HARMLESS[key]):
@@ -311,7 +311,7 @@ def _check_bn_aggregation(config: dict, experiment: str, spec: dict) -> None:
     for name in sorted({a for block in spec.get("grid", []) for a in block["algorithms"]}):
         entry = config["algorithms"][name]
         algorithm = ALGORITHMS[entry["method"]](**{k: v for k, v in entry.items() if k != "method"})
-        if not getattr(algorithm, "keeps_local_bn", False):
+        if not algorithm.keeps_local_bn:
             raise ConfigError(
                 f"experiments.{experiment}.training.bn_aggregation: {mode!r} needs algorithms that keep BatchNorm "
                 f"state local; {name!r} ({entry['method']}) does not (use 'average', or the FedAvg family)"

@@ -169,7 +169,6 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     algorithm = ALGORITHMS[algorithm_spec["method"]](**{k: v for k, v in algorithm_spec.items() if k != "method"})
     state = algorithm.init(fed, model_weights(model))
 
-    scoring_model = getattr(algorithm, "scoring_model", None)
     everyone = torch.arange(data.num_clients, device=dev)
     rounds, every, train_every = training["rounds"], training["eval_every"], training["train_eval_every"]
     history, per_client = [], {}
@@ -196,7 +195,8 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
             break
         if t % every == 0 or t == rounds:
             models = algorithm.client_models(fed, state, t)
-            scoring = scoring_model(fed, state) if scoring_model else model  # e.g. FeMAM's additive levels
+            scoring = algorithm.scoring_model(fed, state)  # e.g. FeMAM's additive levels
+            scoring = model if scoring is None else scoring
             personal = evaluate_clients(scoring, models, data, data.test, everyone, memory_mb=memory_mb)
             global_weights = algorithm.global_model(fed, state)
             pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test, memory_mb)
@@ -205,12 +205,9 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
                 row.update(evaluate_clients(scoring, models, data, data.val, everyone, memory_mb=memory_mb).summary("val_"))
             if train_every is None or t % train_every == 0 or t == rounds:
                 row.update(_train_scores(scoring, models, global_weights, data, everyone, memory_mb, model))
-            clusters = getattr(algorithm, "clusters", None)
-            row.update(_cluster_scores(clusters(fed, state) if clusters else None, truth))
-            adjacency = getattr(algorithm, "adjacency", None)
-            row.update(adjacency_scores(adjacency(fed, state) if adjacency else None, truth))
-            diagnostics = getattr(algorithm, "diagnostics", None)  # per-round scalars (CFL's norms, splits)
-            row.update(diagnostics(fed, state) if diagnostics else {})
+            row.update(_cluster_scores(algorithm.clusters(fed, state), truth))
+            row.update(adjacency_scores(algorithm.adjacency(fed, state), truth))
+            row.update(algorithm.diagnostics(fed, state))  # per-round scalars (CFL's norms, splits)
             losses.clear()
             history.append(row)
             per_client[t] = personal
@@ -259,20 +256,20 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     }
     if "ari" in history_df:
         metrics["clustering"] = {k: float(history_df[k].iloc[-1]) for k in ("ari", "nmi")}
-    level_clusters = getattr(algorithm, "level_clusters", None)
-    if level_clusters:  # FeMAM: every level's groups against every ground-truth grouping
-        metrics["structure_scores"] = structure_scores(level_clusters(fed, state), partition.groups)
+    level_clusters = algorithm.level_clusters(fed, state)
+    if level_clusters is not None:  # FeMAM: every level's groups against every ground-truth grouping
+        metrics["structure_scores"] = structure_scores(level_clusters, partition.groups)
     for column in ("adj_density", "adj_cross_group"):
         if column in history_df:
             metrics.setdefault("clustering", {})[column] = float(history_df[column].iloc[-1])
-    summary = getattr(algorithm, "summary", None)  # per-run facts (CFL's split rounds)
-    if summary:
-        metrics["summary"] = summary(fed, state)
+    summary = algorithm.summary(fed, state)  # per-run facts (CFL's split rounds)
+    if summary is not None:
+        metrics["summary"] = summary
         if "warning" in metrics["summary"]:
             log.warning("cell %s: %s", cell.run_dir("").lstrip("/"), metrics["summary"]["warning"])
-    artifacts = getattr(algorithm, "artifacts", None)
-    if artifacts:
-        metrics["artifacts"] = save_artifacts(artifacts(fed, state), out)
+    artifacts = algorithm.artifacts(fed, state)
+    if artifacts is not None:
+        metrics["artifacts"] = save_artifacts(artifacts, out)
     atomic_write(out / "history.csv", lambda p: history_df.to_csv(p, index=False))
     atomic_write(out / "clients.csv", lambda p: clients_df.to_csv(p, index=False))
     atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))

@@ -198,8 +198,9 @@ class Registry(Generic[T]):
     raise :class:`UnknownNameError` naming the kind of thing and the valid choices.
     """
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, check: Callable[[str, T], None] | None = None):
         self.kind = kind
+        self._check = check  # run on every builder at registration (e.g. the algorithm interface)
         self._entries: dict[str, T] = {}
         self._bounds: dict[str, dict[str, list[Range | tuple]]] = {}
         self._extras: dict[str, dict[str, Any]] = {}
@@ -216,6 +217,8 @@ class Registry(Generic[T]):
                 unknown = set(declared) - set(inspect.signature(builder).parameters)
                 if unknown:
                     raise ValueError(f"{self.kind} {name!r}: bounds for unknown parameters {sorted(unknown)}")
+            if self._check is not None:
+                self._check(name, builder)
             self._entries[name] = builder
             self._bounds[name] = declared
             self._extras[name] = extras

@@ -3,10 +3,13 @@ server-side steps they share: client sampling, one round of local SGD, weighted 
 
 from __future__ import annotations
 
+import difflib
 import functools
+import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -18,8 +21,6 @@ from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
 from fedbench.registry import Registry
-
-ALGORITHMS: Registry = Registry("algorithm")
 
 # what of BatchNorm stays with each client at aggregation (``training.bn_aggregation``)
 BN_AGGREGATION = {
@@ -160,22 +161,90 @@ class Federation:
         return replace(self.local, **changes)
 
 
-class Algorithm(Protocol):
-    """Plain-state algorithm: ``init`` -> state; ``round`` -> (state, per-client train loss);
-    ``client_models`` -> the stacked model each client is scored with; ``global_model`` -> the
-    server model or None.
+class Algorithm:
+    """Base of every registered algorithm: plain state in, plain state out.
 
-    Clustering algorithms may also provide ``clusters(fed, state) -> np.ndarray | None`` (the
-    recovered cluster of every client, scored against the partition's ground truth with ARI
-    and NMI at every evaluated round) and ``artifacts(fed, state) -> dict`` (name -> numpy array
-    saved as ``{name}.npy``, pandas DataFrame saved as ``{name}.csv``, or JSON-able dict saved
-    as ``{name}.json`` in the run directory, e.g. the FLT adjacency matrix).
+    Required: ``init`` -> state; ``round`` -> (state, per-client train loss); ``client_models``
+    -> the stacked model each client is scored with; ``global_model`` -> the server model or None.
+
+    Optional hooks, declared here once with the default the pipeline uses when an algorithm
+    does not override them (:data:`HOOKS`; a subclass's public method whose name is close to a
+    hook's but not one is refused at registration, so a misspelt hook cannot switch its feature
+    off silently).  Capabilities are class attributes: ``ignored_training`` (training settings
+    the algorithm never reads -> why; setting one is a config error) and ``keeps_local_bn``
+    (honours ``training.bn_aggregation``).
     """
 
-    def init(self, fed: Federation, initial: Weights) -> dict: ...
+    ignored_training: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    keeps_local_bn: ClassVar[bool] = False
 
-    def round(self, fed: Federation, state: dict, round_: int) -> tuple[dict, torch.Tensor]: ...
+    def init(self, fed: Federation, initial: Weights) -> dict:
+        raise NotImplementedError
 
-    def client_models(self, fed: Federation, state: dict, round_: int) -> Weights: ...
+    def round(self, fed: Federation, state: dict, round_: int) -> tuple[dict, torch.Tensor]:
+        raise NotImplementedError
 
-    def global_model(self, fed: Federation, state: dict) -> Weights | None: ...
+    def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
+        raise NotImplementedError
+
+    def global_model(self, fed: Federation, state: dict) -> Weights | None:
+        raise NotImplementedError
+
+    def scoring_model(self, fed: Federation, state: dict) -> nn.Module | None:
+        """The module the client models are evaluated with (FeMAM's additive levels); None: the cell's model."""
+        return None
+
+    def clusters(self, fed: Federation, state: dict) -> np.ndarray | None:
+        """The recovered cluster of every client, scored against the partition's ground truth with
+        ARI and NMI at every evaluated round; None: not a clustering method."""
+        return None
+
+    def adjacency(self, fed: Federation, state: dict) -> np.ndarray | None:
+        """A client relatedness graph (FLT), scored for density and cross-group links; None: none."""
+        return None
+
+    def diagnostics(self, fed: Federation, state: dict) -> dict[str, float]:
+        """Per-round scalars added to the history (CFL's update norms and splits)."""
+        return {}
+
+    def level_clusters(self, fed: Federation, state: dict) -> dict[str, np.ndarray] | None:
+        """Every level's grouping (FeMAM), scored against every ground-truth grouping; None: no levels."""
+        return None
+
+    def summary(self, fed: Federation, state: dict) -> dict | None:
+        """Per-run facts for ``metrics.json`` (CFL's split rounds; a ``warning`` key is logged)."""
+        return None
+
+    def artifacts(self, fed: Federation, state: dict) -> dict | None:
+        """name -> numpy array (saved as ``{name}.npy``), pandas DataFrame (``.csv``) or JSON-able
+        dict (``.json``) in the run directory, e.g. the FLT adjacency matrix; None: nothing."""
+        return None
+
+
+REQUIRED = ("init", "round", "client_models", "global_model")
+HOOKS = ("scoring_model", "clusters", "adjacency", "diagnostics", "level_clusters", "summary", "artifacts")
+
+
+def check_algorithm_builder(name: str, builder) -> None:
+    """Registration check of ``ALGORITHMS``: the builder's return annotation is an :class:`Algorithm`
+    subclass that implements every required method and defines no public method whose name is
+    close to a hook's without being one (``cluster`` for ``clusters``)."""
+    cls = typing.get_type_hints(builder).get("return")
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise TypeError(f"algorithm {name!r}: its builder must be annotated to return an Algorithm subclass, not {cls!r}")
+    missing = [m for m in REQUIRED if getattr(cls, m) is getattr(Algorithm, m)]
+    if missing:
+        raise TypeError(f"algorithm {name!r} ({cls.__name__}) does not implement {', '.join(missing)}")
+    declared = set(REQUIRED) | set(HOOKS) | {"ignored_training", "keeps_local_bn"}
+    for attribute, value in vars(cls).items():
+        if attribute.startswith("_") or attribute in declared or not callable(value) and not isinstance(value, property):
+            continue
+        near = difflib.get_close_matches(attribute, declared, n=1, cutoff=0.8)
+        if near:
+            raise TypeError(
+                f"algorithm {name!r} ({cls.__name__}) defines {attribute!r}, which is not a hook; "
+                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS)}"
+            )
+
+
+ALGORITHMS: Registry = Registry("algorithm", check=check_algorithm_builder)

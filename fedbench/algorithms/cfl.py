@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.clustered import flat, stack
 from fedbench.engine.weights import Weights, rows, weighted_average
 
@@ -80,7 +80,7 @@ def bipartition(similarity: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class CFL:
+class CFL(Algorithm):
     eps1: float = 0.4
     eps2: float = 1.6
     min_cluster_size: int = 3

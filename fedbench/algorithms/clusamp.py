@@ -31,7 +31,7 @@ import torch
 from scipy.cluster.hierarchy import ClusterWarning, linkage
 from scipy.spatial.distance import squareform
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, parameter_names
 
 
@@ -86,7 +86,7 @@ def sampling_distributions(tree: np.ndarray, weights: np.ndarray, m: int) -> np.
 
 
 @dataclass(frozen=True)
-class CluSamp:
+class CluSamp(Algorithm):
     similarity: Literal["L1", "L2", "arccos"] = "L1"
     linkage_input: Literal["rows", "distances"] = "rows"
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
 
 
 @dataclass(frozen=True)
-class Ditto:
+class Ditto(Algorithm):
     lam: float = 0.1
 
     def init(self, fed: Federation, initial: Weights) -> dict:

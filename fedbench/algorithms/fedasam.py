@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
 from fedbench.engine.sam_step import asam_step
@@ -16,7 +16,7 @@ from fedbench.engine.weights import Weights, broadcast, shared
 
 
 @dataclass(frozen=True)
-class FedASAM:
+class FedASAM(Algorithm):
     rho: float = 0.1
     eta: float = 0.0
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, shared
 
 
 @dataclass(frozen=True)
-class FedAvg:
+class FedAvg(Algorithm):
     prox_mu: float = 0.0
     finetune_epochs: int = 0
     local_steps: int | None = None

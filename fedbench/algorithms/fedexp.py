@@ -19,7 +19,7 @@ from typing import Literal
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, shared, parameter_names, weighted_average
 
 
@@ -35,7 +35,7 @@ def fedexp_step_size(deltas: Weights, weights: torch.Tensor, names: list[str], e
 
 
 @dataclass(frozen=True)
-class FedExP:
+class FedExP(Algorithm):
     epsilon: float = 0.1
     scored: Literal["last_two", "last"] = "last_two"
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
 from fedbench.engine.weights import Weights, broadcast
@@ -98,7 +98,7 @@ def regularised_loss(model: nn.Module, w_name: str, b_name: str, alpha: float, b
 
 
 @dataclass(frozen=True)
-class FedGen:
+class FedGen(Algorithm):
     generative_alpha: float = 0.2
     generative_beta: float = 0.2
     generator_lr: float = 3e-4

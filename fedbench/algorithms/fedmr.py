@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.recombination import recombination_units, recombine, segment_of_units
 from fedbench.engine.weights import Weights, broadcast, shared, weighted_average
 
@@ -49,7 +49,7 @@ def sample_distinct(fed: Federation, count: int | None) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class FedMR:
+class FedMR(Algorithm):
     first_stage_rounds: int = 0
     partition: float = 0.0
     layer: Literal["module", "entry"] = "module"

@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.fedmr import uniform_average
 from fedbench.engine.weights import Weights, broadcast, shared
 
@@ -60,7 +60,7 @@ def mutate(global_: Weights, delta: Weights, m: int, radius: float, rate: float,
 
 
 @dataclass(frozen=True)
-class FedMut:
+class FedMut(Algorithm):
     radius: float
     acc_rate: float
     bound: int

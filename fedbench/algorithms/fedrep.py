@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.partial import frozen_copy, train_module, trainer_for
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 
@@ -26,7 +26,7 @@ def head_names(fed: Federation) -> list[str]:
 
 
 @dataclass(frozen=True)
-class FedRep:
+class FedRep(Algorithm):
     head_epochs: int = 2
     body_epochs: int = 2
     _trainers: dict = field(default_factory=dict, compare=False, repr=False)

@@ -53,7 +53,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.clustered import cluster_average, flat, fresh_weights
 from fedbench.algorithms.femam_rules import (
     CLUSTER_FIT, CONVERGENCE, FEATURES, PRUNING, cluster_features, converged, keep_eq9, keep_window, kmeans_groups,
@@ -77,7 +77,7 @@ def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True)
-class FeMAM:
+class FeMAM(Algorithm):
     structure: tuple[str, ...] = PAPER_STRUCTURE
     num_clusters: int = 5
     lam: float = 0.02

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.clustered import (
     assignment_frame,
     cluster_average,
@@ -63,7 +63,7 @@ def distances(a: torch.Tensor, b: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class FeSEM:
+class FeSEM(Algorithm):
     num_clusters: int = 5
     distance: str = "l2"
     centre_init: str = "clients"

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.clustered import assignment_frame
 from fedbench.algorithms.flt import AGGREGATIONS, neighbour_average
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
@@ -50,7 +50,7 @@ def kmeans_step(points: np.ndarray, num_clusters: int, previous: np.ndarray | No
 
 
 @dataclass(frozen=True)
-class FeSEMFLTCode:
+class FeSEMFLTCode(Algorithm):
     num_clusters: int = 5
     state: str = "full"
     aggregation: str = "in_place"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.clustering.fcr import fcr, pca_signatures, relatedness
 from fedbench.encoders import embed_clients, load_encoder
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
@@ -63,7 +63,7 @@ def neighbour_average(stacked: Weights, adjacency: np.ndarray, samples: torch.Te
 
 
 @dataclass(frozen=True)
-class FLT:
+class FLT(Algorithm):
     """FLT or PCA+kM+HC; see the module docstring.  ``signature``: ``encoder`` or ``pca``."""
 
     signature: str

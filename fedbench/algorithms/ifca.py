@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.clustered import (
     assignment_frame,
     cluster_average,
@@ -48,7 +48,7 @@ from fedbench.engine.weights import (
 
 
 @dataclass(frozen=True)
-class IFCA:
+class IFCA(Algorithm):
     num_clusters: int = 2
     warmup_rounds: int = 0
     centre_init: str = "random"

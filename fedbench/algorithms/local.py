@@ -11,7 +11,7 @@ from typing import Literal
 
 import numpy as np
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.partial import trainer_for
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
@@ -31,7 +31,7 @@ def with_validation_rows(data: FederatedData) -> FederatedData:
 
 
 @dataclass(frozen=True)
-class Local:
+class Local(Algorithm):
     train_on: str = "train"
     _trainers: dict = field(default_factory=dict, compare=False, repr=False)
 

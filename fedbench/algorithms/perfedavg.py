@@ -26,14 +26,14 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, parameter_names
 
 ADAPTATIONS = ("paper", "code")
 
 
 @dataclass(frozen=True)
-class PerFedAvg:
+class PerFedAvg(Algorithm):
     beta: float = 0.001
     local_steps: int = 20
     adaptation: str = "paper"

@@ -36,14 +36,14 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows
 
 PERSONAL_MODELS = ("theta", "local")
 
 
 @dataclass(frozen=True)
-class PFedMe:
+class PFedMe(Algorithm):
     lam: float = 15.0
     personal_lr: float = 0.09
     inner_steps: int = 5

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedbench.algorithms.base import ALGORITHMS, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, parameter_names
 
 GLOBAL_STEPS = ("eq4", "algorithm1")
@@ -170,7 +170,7 @@ def team_ids(fed: Federation) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class PFedMT:
+class PFedMT(Algorithm):
     team_iterations: int = 30
     local_iterations: int = 20
     alpha: float = 0.01

@@ -1,0 +1,80 @@
+"""The algorithm interface: every optional hook declared once on ``Algorithm`` and checked when a
+builder is registered, so a misspelt hook is an error instead of a feature silently switched off."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from dataclasses import dataclass
+
+import pytest
+
+from fedbench.algorithms import ALGORITHMS
+from fedbench.algorithms.base import HOOKS, REQUIRED, Algorithm, check_algorithm_builder
+
+
+@dataclass(frozen=True)
+class _Minimal(Algorithm):
+    def init(self, fed, initial):
+        return {}
+
+    def round(self, fed, state, round_):
+        return state, None
+
+    def client_models(self, fed, state, round_):
+        return {}
+
+    def global_model(self, fed, state):
+        return None
+
+
+def test_every_registered_builder_returns_an_algorithm_with_the_required_methods():
+    for name in ALGORITHMS.names():
+        cls = typing.get_type_hints(ALGORITHMS[name])["return"]
+        assert issubclass(cls, Algorithm), name
+        assert all(getattr(cls, m) is not getattr(Algorithm, m) for m in REQUIRED), name
+        required = {k: "enc" for k, v in ALGORITHMS.parameters(name).items() if v is inspect.Parameter.empty}
+        assert isinstance(ALGORITHMS[name](**required), cls), name  # FLT's encoder is the one required name
+
+
+def test_hook_defaults_switch_their_feature_off():
+    algorithm = _Minimal()
+    assert [getattr(algorithm, hook)(None, {}) for hook in HOOKS] == [None, None, None, {}, None, None, None]
+    assert dict(algorithm.ignored_training) == {} and algorithm.keeps_local_bn is False
+
+
+@dataclass(frozen=True)
+class _Misspelt(_Minimal):
+    def cluster(self, fed, state):  # meant: clusters
+        return None
+
+
+class _NotAnAlgorithm:
+    pass
+
+
+class _Incomplete(Algorithm):
+    def init(self, fed, initial):
+        return {}
+
+
+def test_a_misspelt_hook_is_refused_at_registration():
+    def build() -> _Misspelt:
+        return _Misspelt()
+
+    with pytest.raises(TypeError, match="'cluster', which is not a hook; did you mean 'clusters'"):
+        check_algorithm_builder("misspelt", build)
+
+
+def test_a_builder_of_something_else_or_an_incomplete_algorithm_is_refused():
+    def other() -> _NotAnAlgorithm:
+        return _NotAnAlgorithm()
+
+    with pytest.raises(TypeError, match="annotated to return an Algorithm subclass"):
+        check_algorithm_builder("other", other)
+
+    def incomplete() -> _Incomplete:
+        return _Incomplete()
+
+    with pytest.raises(TypeError, match="does not implement round, client_models, global_model"):
+        check_algorithm_builder("incomplete", incomplete)

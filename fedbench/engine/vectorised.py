@@ -11,7 +11,8 @@ its own mean loss at once and applies ``torch.optim.SGD`` to all rows in place, 
   the channel axis, the model's own forward, autograd) -- :func:`wide_step`;
 * anything else: ``torch.func.vmap(grad_and_value(...))`` -- :func:`vmap_step`;
 
-then fused ``torch._foreach_*`` updates (:func:`sgd_update`).
+then fused ``torch._foreach_*`` updates (:func:`sgd_update`).  Every step is called as
+``step(state, batch, hp)`` (:mod:`fedbench.engine.step_args`) once its model and data are bound.
 
 Clients are ordered by their sample counts (descending), so the clients still training at
 step s of an epoch are a prefix of the chunk: a step works on the views ``[:n_active]`` (no
@@ -43,6 +44,7 @@ from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.fused_mlp import linear_stack, mlp_step
 from fedbench.engine.minibatch import gather_minibatch
+from fedbench.engine.step_args import Minibatch, StepState
 from fedbench.engine.step_runner import EagerFallback, StepRunner
 from fedbench.engine.weights import Weights
 from fedbench.engine.memory import budget_bytes, clients_per_pass, training_bytes_per_client
@@ -92,12 +94,12 @@ class VectorisedTrainer:
         self.step_kind = "fused_mlp" if layers is not None else "wide" if folded is not None else "vmap"
         self.fused = layers is not None
         if self.fused:
-            self._step = partial(mlp_step, layers, data.x, data.y)
+            self._step = partial(mlp_step, layers, data)
         else:
             if folded is not None:
-                step = partial(wide_step, folded, data.x, data.y)
+                step = partial(wide_step, folded, data)
             else:
-                step = partial(vmap_step, vmap(grad_and_value(_masked_loss_fn(self.model)), randomness="different"), data.x, data.y)
+                step = partial(vmap_step, vmap(grad_and_value(_masked_loss_fn(self.model)), randomness="different"), data)
             self._step = EagerFallback(step) if compile else step
 
     def train(
@@ -176,16 +178,15 @@ class VectorisedTrainer:
         mask = mask.view(n, len(schedule), batch).transpose(0, 1).contiguous()
 
         loss_sum = torch.zeros(n, device=device)
-        state = (params, buffers, momentum, anchor, loss_sum)
-        hyper = (hp.lr, hp.momentum, hp.weight_decay, hp.prox_mu)
+        state = StepState(params, buffers, momentum, anchor, loss_sum)
         runner = StepRunner(self._step, Counter(k for k in active * epochs if k) if self.cuda_graphs else Counter())
         for e in range(epochs):
             for s, segments in enumerate(schedule):
                 for lo, hi, length in segments:
                     if lo == 0 and length == batch:  # the recurring full-batch step (CUDA graphs)
-                        runner.run(hi, _rows(state, 0, hi), rows[e, s, :hi], mask[s, :hi], hyper)
+                        runner.run(hi, state.rows(0, hi), Minibatch(rows[e, s, :hi], mask[s, :hi]), hp)
                     else:
-                        self._step(*_rows(state, lo, hi), rows[e, s, lo:hi, :length], mask[s, lo:hi, :length], *hyper)
+                        self._step(state.rows(lo, hi), Minibatch(rows[e, s, lo:hi, :length], mask[s, lo:hi, :length]), hp)
         steps = torch.tensor(steps_per_epoch, device=device, dtype=torch.float32) * epochs
         return weights, loss_sum / steps.clamp_min(1)
 
@@ -224,9 +225,11 @@ def step_schedule(counts: list[int], batch: int, exact: bool) -> list[list[tuple
     return schedule
 
 
-def sgd_update(params: Weights, grads: list[torch.Tensor], momentum, anchor, lr, mom, wd, mu) -> None:
+def sgd_update(state: StepState, grads: list[torch.Tensor], hp: LocalSGD) -> None:
     """``torch.optim.SGD`` (dampening 0, no Nesterov) on grad + wd p + mu (p - anchor), in place
-    on every row of ``params`` and ``momentum``."""
+    on every row of ``state.params`` and ``state.momentum``."""
+    params, momentum, anchor = state.params, state.momentum, state.anchor
+    lr, mom, wd, mu = hp.lr, hp.momentum, hp.weight_decay, hp.prox_mu
     p, g = list(params.values()), list(grads)
     if wd + mu:  # g += mu (p - anchor) + wd p, without a temporary for p - anchor
         torch._foreach_add_(g, p, alpha=wd + mu)
@@ -240,22 +243,23 @@ def sgd_update(params: Weights, grads: list[torch.Tensor], momentum, anchor, lr,
     torch._foreach_add_(p, g, alpha=-lr)
 
 
-def vmap_step(grad_fn, x_all, y_all, params, buffers, momentum, anchor, loss_sum, idx, mask, lr, mom, wd, mu):
-    """One minibatch step for all rows of ``params`` (updated in place, like ``momentum``,
-    BatchNorm ``buffers`` and ``loss_sum``): ``idx`` ``[n, B]`` global sample rows, ``mask``
-    ``[n, B]`` 1 for real samples.  ``torch.optim.SGD`` on grad + mu (p - anchor)."""
-    x, y = gather_minibatch(x_all, y_all, idx)
-    grads, loss = grad_fn(params, buffers, x, y, mask)
-    loss_sum.add_(loss)
-    sgd_update(params, grads.values(), momentum, anchor, lr, mom, wd, mu)
+def vmap_step(grad_fn, data: FederatedData, state: StepState, batch: Minibatch, hp: LocalSGD) -> None:
+    """One minibatch step for all rows of ``state`` (its parameters, momentum, BatchNorm buffers
+    and loss sums updated in place) on the samples of ``batch``, through ``grad_fn`` (``vmap`` of
+    the model's masked mean loss).  ``torch.optim.SGD`` on grad + mu (p - anchor)."""
+    x, y = gather_minibatch(data.x, data.y, batch.idx)
+    grads, loss = grad_fn(state.params, state.buffers, x, y, batch.mask)
+    state.loss_sum.add_(loss)
+    sgd_update(state, grads.values(), hp)
 
 
-def wide_step(wide, x_all, y_all, params, buffers, momentum, anchor, loss_sum, idx, mask, lr, mom, wd, mu):
+def wide_step(wide, data: FederatedData, state: StepState, batch: Minibatch, hp: LocalSGD) -> None:
     """:func:`vmap_step` through the wide model (:mod:`fedbench.engine.wide_model`): one forward of
     all clients, autograd of the sum of their masked mean losses (each client's parameters
     reach only its own loss), BatchNorm running statistics updated in place per client."""
+    params, buffers, idx, mask = state.params, state.buffers, batch.idx, batch.mask
     clients = idx.shape[0]
-    x, y = wide_input(x_all, idx), y_all[idx]
+    x, y = wide_input(data.x, idx), data.y[idx]
     with torch.enable_grad():
         leaves = {k: v.requires_grad_() for k, v in wide_weights(params).items()}
         logits = wide_forward(wide, {**leaves, **wide_weights(buffers)}, x, clients)
@@ -265,13 +269,5 @@ def wide_step(wide, x_all, y_all, params, buffers, momentum, anchor, loss_sum, i
     for leaf in leaves.values():
         leaf.requires_grad_(False)
     count_batches(buffers)
-    loss_sum.add_(loss.detach())
-    sgd_update(params, [g.view_as(p) for g, p in zip(grads, params.values())], momentum, anchor, lr, mom, wd, mu)
-
-
-def _rows(state, lo: int, hi: int):
-    """Rows ``lo:hi`` of every tensor in ``state`` (views)."""
-    return tuple(
-        None if part is None else part[lo:hi] if isinstance(part, torch.Tensor) else {k: v[lo:hi] for k, v in part.items()}
-        for part in state
-    )
+    state.loss_sum.add_(loss.detach())
+    sgd_update(state, [g.view_as(p) for g, p in zip(grads, params.values())], hp)

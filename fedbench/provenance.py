@@ -7,7 +7,7 @@ changes), and a hash of the code that ran it: the fedbench modules the job runs,
 following the imports of its entry point and of the builders its config entry names (a cell:
 ``fedbench.pipeline`` + its algorithm's, model's and dataset source's modules; a partition:
 ``fedbench.data.partition`` + its partitioner's and dataset source's modules; an encoder:
-``fedbench.encoders`` + its dataset source's module).  A package's
+``fedbench.algorithms.flt_encoders`` + its dataset source's module).  A package's
 ``__init__`` is hashed but not followed, so that editing one algorithm's module changes the
 hash of that algorithm's cells only.  The rule's own script (``workflow/scripts/train.py`` and
 the ``common.py`` it imports, for a cell) is hashed too: Snakemake's ``code`` rerun trigger is
@@ -165,7 +165,7 @@ def encoder_roots(dataset: dict) -> list[str]:
     """Entry modules of one encoder's pretraining."""
     from fedbench.data import DATASETS
 
-    return ["fedbench.encoders", DATASETS[dataset["source"]].__module__]
+    return ["fedbench.algorithms.flt_encoders", DATASETS[dataset["source"]].__module__]
 
 
 @lru_cache(maxsize=1)

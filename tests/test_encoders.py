@@ -21,7 +21,7 @@ from test_workflow import REPO, TINY_CONFIG, planned_jobs, snakemake, write_conf
 from fedbench.algorithms import ALGORITHMS
 from fedbench.config import ConfigError, check_config
 from fedbench.data import load_dataset
-from fedbench.encoders import embed_clients, load_encoder, plot_loss_curve, pretrain_encoder
+from fedbench.algorithms.flt_encoders import embed_clients, load_encoder, plot_loss_curve, pretrain_encoder
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.models.convae import ConvAE, autoencoder_spec, build_autoencoder
@@ -239,7 +239,7 @@ def test_rule_pretrains_the_encoder(tmp_path):
     assert load_encoder(out / "enc.pt").encode(torch.zeros(1, 1, 28, 28)).shape == (1, 128)
     assert len(pd.read_csv(out / "enc_loss.csv")) == 3
     assert "encoder enc epoch 2/2" in (tmp_path / "results" / "logs" / "encoders" / "enc.log").read_text()
-    assert torch.load(out / "enc.pt", weights_only=True)["provenance"]["code_files"]["fedbench/encoders.py"]
+    assert torch.load(out / "enc.pt", weights_only=True)["provenance"]["code_files"]["fedbench/algorithms/flt_encoders.py"]
     again = snakemake(tmp_path, "-n", "encoders", configfile=configfile)
     assert planned_jobs(again.stdout) == {}
 

@@ -29,7 +29,7 @@ from torch import nn
 
 from conftest import make_federation
 from fedbench.algorithms import ALGORITHMS
-from fedbench.encoders import pretrain_encoder
+from fedbench.algorithms.flt_encoders import pretrain_encoder
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights

@@ -32,7 +32,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.clustering.fcr import fcr, pca_signatures, relatedness
-from fedbench.encoders import embed_clients, load_encoder
+from fedbench.algorithms.flt_encoders import embed_clients, load_encoder
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
 
 CLUSTER_AVERAGES = ("all", "sampled")

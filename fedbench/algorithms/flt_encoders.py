@@ -39,7 +39,6 @@ from fedbench.engine.batches import BatchPlan, make_batch_plan
 from fedbench.engine.device import resolve_device
 from fedbench.engine.federated_data import FederatedData
 from fedbench.models.convae import ConvAE, autoencoder_spec, build_autoencoder
-from fedbench.provenance import ENCODER_SCRIPTS, encoder_roots, provenance
 
 log = logging.getLogger("fedbench")
 
@@ -102,10 +101,13 @@ def reconstruction_loss(model: nn.Module, x: torch.Tensor, batch_size: int = 102
     return total / max(x.numel(), 1)
 
 
-def pretrain_encoder(config: dict, name: str, out_pt, out_curve_csv, device: str | None = None) -> pd.DataFrame:
+def pretrain_encoder(config: dict, name: str, out_pt, out_curve_csv, device: str | None = None,
+                     provenance: dict | None = None) -> pd.DataFrame:
     """Pretrain the ConvAE of ``config["encoders"][name]`` (MSE reconstruction, Adam + StepLR) and
     write the encoder file ``out_pt`` and the loss curve ``out_curve_csv`` (epoch, train_loss,
-    test_loss, lr; epoch 0 = before training).  Deterministic per the entry's ``seed`` on the CPU."""
+    test_loss, lr; epoch 0 = before training).  Deterministic per the entry's ``seed`` on the CPU.
+    ``provenance``: the record stored in the file (the rule's script computes it with
+    :func:`fedbench.provenance.provenance`; this module does not import the layer above it)."""
     settings = encoder_settings(config, name)
     dev = resolve_device(device or config.get("device", "auto"))
     x_train, x_test = pretraining_images(config, settings)
@@ -165,7 +167,7 @@ def pretrain_encoder(config: dict, name: str, out_pt, out_curve_csv, device: str
         "state_dict": state,
         "history": history,
         "kept_epoch": best[2] if settings["keep_best"] and x_test is not None else settings["epochs"],
-        "provenance": provenance(encoder_roots(config["datasets"][settings["dataset"]]), ENCODER_SCRIPTS),
+        "provenance": provenance,
     }
     atomic_write(out_pt, lambda p: torch.save(payload, p))
     atomic_write(out_curve_csv, lambda p: curve.to_csv(p, index=False))

@@ -55,10 +55,10 @@ bench-cpu: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/throughputs.py --device cpu --size cpu --threads 1 $(BENCH_ARGS)
 
 stale: $(STAMP)
-	$(BIN)/python -m fedbench.provenance --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM))
+	$(BIN)/python -m fedbench.stale --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM))
 
 rerun-stale: $(STAMP)
-	@stale="$$($(BIN)/python -m fedbench.provenance --paths --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM)))" \
+	@stale="$$($(BIN)/python -m fedbench.stale --paths --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM)))" \
 	  || exit 1; \
 	if [ -z "$$stale" ]; then echo "nothing out of date"; exit 0; fi; \
 	echo "rerunning: $$stale"; \

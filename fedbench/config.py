@@ -1,12 +1,13 @@
-"""The experiment config: semantic checks (after the JSON schema), cells, and resolved cell specs.
+"""The experiment config: its own semantic checks (after the JSON schema), cells, and resolved cell specs.
 
 The JSON schema (``workflow/schemas/config.schema.yaml``) checks structure and types; this
-module checks what the schema cannot: that every name refers to a registered source,
-partitioner, model, algorithm or protocol, that grids name declared entries, that each
-entry's parameters are ones its builder accepts with values of its builder's types and
+module checks what the schema cannot, from the registries alone: that every name refers to a
+registered source, partitioner, model, algorithm or protocol, that grids name declared entries,
+that each entry's parameters are ones its builder accepts with values of its builder's types and
 declared bounds (:meth:`fedbench.registry.Registry.check_params`), that no experiment sets a
-training setting one of its algorithms ignores, that no two grid blocks produce the same
-cell, and that every ``published`` link resolves to rows of ``config/published_results.csv``.
+training setting one of its algorithms ignores, and that no two grid blocks produce the same
+cell.  The workflow's full validation (published links, papers, claims) is
+:func:`fedbench.plan.validate_config`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,7 @@ from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
 from fedbench.models import MODELS
 from fedbench.protocols import PROTOCOLS
 from fedbench.registry import UnknownNameError
-from fedbench.results.claims import ClaimError, check_claims
-from fedbench.results.published import PUBLISHED_CSV, link_keys, links, load_published
-from fedbench.results.papers import PAPERS
-from fedbench.validation import SCHEMA, check_finite, check_schema, load_yaml_strict
+from fedbench.validation import check_finite
 
 # config section -> (key naming the builder, registry, keys handled outside the builder)
 SECTIONS = {
@@ -66,24 +64,9 @@ def partition_stem(results: str, dataset: str, partition: str, seed: int) -> str
     return f"{results}/partitions/{dataset}/{partition}/seed{seed}"
 
 
-def validate_config(config: dict, configfiles=(), schema=SCHEMA, published_csv=PUBLISHED_CSV) -> None:
-    """Everything checked when the workflow starts, in order: the config files read without a
-    repeated key, the (merged) ``config`` against the JSON schema, then :func:`check_config`.
-    Raises a ``ValueError`` (:class:`~fedbench.validation.ConfigFileError` or
-    :class:`ConfigError`) whose message is one line naming the entry."""
-    for path in dict.fromkeys(map(str, configfiles)):
-        load_yaml_strict(path)
-    try:
-        check_finite(config)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    check_schema(config, schema)
-    check_config(config, published_csv)
-
-
-def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
-    """Raise :class:`ConfigError` naming the first problem and the valid choices; ``published_csv``
-    is the table ``published`` links are resolved against (``None``: links are not resolved)."""
+def check_entries(config: dict) -> None:
+    """Raise :class:`ConfigError` naming the first problem of the config's own entries and the
+    valid choices (what needs no results code; :func:`fedbench.plan.check_config` adds the rest)."""
     try:
         check_finite(config)
     except ValueError as error:
@@ -118,8 +101,6 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
             _check_class_budgets(config, block, f"experiments.{experiment}.grid[{i}]")
         _check_ignored_training(config, experiment, spec, algorithms)
         _check_repeated_cells(experiment, spec)
-        _check_published_links(experiment, spec)
-        _check_paper(experiment, spec)
         _check_bn_aggregation(config, experiment, spec)
         _check_rounds_and_models(config, experiment, spec, client_counts)
         _check_model_inputs(config, experiment, spec)
@@ -131,15 +112,6 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
             f"only_experiments: {', '.join(unknown)} not declared under 'experiments'; "
             f"declared: {', '.join(config.get('experiments', {})) or '(none)'}"
         )
-    if published_csv is not None and any(spec.get("published") for spec in config.get("experiments", {}).values()):
-        published = load_published(published_csv)
-        for experiment, spec in config.get("experiments", {}).items():
-            _resolve_published(experiment, spec, published)
-    if config.get("claims"):  # the papers' claims (fedbench.results.claims): names, cells, published margins
-        try:
-            check_claims(config, None if published_csv is None else load_published(published_csv))
-        except ClaimError as error:
-            raise ConfigError(str(error)) from None
 
 
 def _partition_pairs(config: dict) -> list[tuple[str, str]]:
@@ -235,72 +207,6 @@ def _check_repeated_cells(experiment: str, spec: dict) -> None:
                     f"{'/'.join(combo)} (one run directory); list it in one block only"
                 )
             owner[combo] = i
-
-
-def _resolve_published(experiment: str, spec: dict, published) -> None:
-    """Every link of the experiment's ``published`` block matches rows of the published table;
-    otherwise name the first key that matches nothing and the values it could take."""
-    block = spec.get("published")
-    if not block:
-        return
-    models = sorted(block.get("models", {})) or [None]
-    for link in links(spec):
-        for model in models:
-            keys = link_keys(spec, link, model)
-            rows = published
-            for key, value in keys.items():
-                matched = rows[rows[key] == value]
-                if matched.empty:
-                    where = f"experiments.{experiment}.published" + (
-                        f".rows.{link.algorithm}.{key}" if key in ("method", "setting") else
-                        (".models" if key == "model" and "models" in block else f".{key}")
-                    )
-                    choices = sorted(map(str, rows[key].unique()))
-                    raise ConfigError(
-                        f"{where}: {value!r} matches no row of the published results "
-                        f"(given the keys before it); valid choices: {', '.join(choices)}"
-                    )
-                rows = matched
-
-
-def _check_published_links(experiment: str, spec: dict) -> None:
-    """A ``published`` block links only algorithms (and maps only models) of the experiment's grid."""
-    block = spec.get("published")
-    if not block:
-        return
-    in_grid = {name for grid in spec.get("grid", []) for name in grid["algorithms"]}
-    for algorithm, entries in block.get("rows", {}).items():
-        for entry in entries if isinstance(entries, list) else [entries]:
-            base = entry.get("relative_to")
-            if base is not None and base not in in_grid:
-                raise ConfigError(
-                    f"experiments.{experiment}.published.rows.{algorithm}.relative_to: {base!r} is not in the "
-                    f"experiment's grid algorithms ({', '.join(sorted(in_grid))})"
-                )
-    for axis, declared in (("rows", "algorithms"), ("models", "models")):
-        in_grid = {name for grid in spec.get("grid", []) for name in grid[declared]}
-        stray = sorted(set(block.get(axis, {})) - in_grid)
-        if stray:
-            raise ConfigError(
-                f"experiments.{experiment}.published.{axis}: {', '.join(stray)} not in the experiment's grid "
-                f"{declared} ({', '.join(sorted(in_grid))})"
-            )
-
-
-def _check_paper(experiment: str, spec: dict) -> None:
-    """``paper:`` names a known paper (fedbench.results.papers.PAPERS) and agrees with the
-    ``published`` block's paper: an experiment's report category is the paper it is scored against."""
-    paper = spec.get("paper")
-    if paper is None:
-        return
-    if paper not in PAPERS:
-        raise ConfigError(f"experiments.{experiment}.paper: unknown paper {paper!r}; valid choices: {', '.join(PAPERS)}")
-    linked = (spec.get("published") or {}).get("paper")
-    if linked is not None and linked != paper:
-        raise ConfigError(
-            f"experiments.{experiment}.paper: {paper!r} but its published block links to {linked!r}'s numbers; "
-            f"one experiment reproduces one paper"
-        )
 
 
 def _check_bn_aggregation(config: dict, experiment: str, spec: dict) -> None:

@@ -9,7 +9,7 @@ the first problem with one line that names the entry, the problem and the valid 
 * :func:`check_finite`: no NaN or infinite number anywhere (YAML's ``.nan``, ``.inf``).
 
 The semantic checks (names, parameter values, grids, published links) are
-:func:`fedbench.config.check_config`.
+:func:`fedbench.plan.check_config`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ import yaml
 from torch import nn
 
 from fedbench.algorithms import ALGORITHMS
-from fedbench.config import ConfigError, check_config
+from fedbench.config import ConfigError
+from fedbench.plan import check_config
 from fedbench.engine.local_sgd import LocalSGD
 from conftest import make_data, make_federation
 

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedbench.config import ConfigError, validate_config
+from fedbench.config import ConfigError
+from fedbench.plan import validate_config
 from fedbench.results.claims import (
     FAILS, HOLDS, INCONCLUSIVE, ClaimError, compare, evaluate_claims, threshold, write_claims,
 )

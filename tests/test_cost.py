@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbench.config import TRAINING_DEFAULTS, ConfigError, check_config
+from fedbench.config import TRAINING_DEFAULTS, ConfigError
+from fedbench.plan import check_config
 from fedbench.cost import CellShape, cell_cost, cell_work, estimated_shape, local_passes, local_samples, model_cost, runtime_minutes
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits

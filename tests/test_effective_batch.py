@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from conftest import make_data
-from fedbench.config import Cell, check_config
+from fedbench.config import Cell
+from fedbench.plan import check_config
 from fedbench.engine.batches import effective_batch, make_batch_plan
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.vectorised import VectorisedTrainer

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from fedbench.config import ConfigError, check_config
+from fedbench.config import ConfigError
+from fedbench.plan import check_config
 from fedbench.data import partition_dataset
 from fedbench.data.partitions_index_file import read_index_file
 from fedbench.data.sources import ArrayDataset

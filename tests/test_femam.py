@@ -1009,7 +1009,8 @@ def test_a_femam_cell_end_to_end_through_the_pipeline(tmp_path):
     columns, the femam protocol's pick is the least-validation-loss round, structure outputs exist."""
     import json
 
-    from fedbench.config import Cell, check_config
+    from fedbench.config import Cell
+    from fedbench.plan import check_config
     from fedbench.pipeline import build_partition, run_cell
 
     config = {

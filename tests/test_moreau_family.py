@@ -226,7 +226,8 @@ def test_mnist_half_of_the_grid_runs_on_an_idx_fixture(tmp_path):
     import yaml
     from test_loaders import MNIST_NAMES, write_mnist
 
-    from fedbench.config import Cell, check_config
+    from fedbench.config import Cell
+    from fedbench.plan import check_config
     from fedbench.pipeline import build_partition, run_cell
 
     write_mnist(tmp_path / "data" / "MNIST" / "raw", MNIST_NAMES, 400, 100, compress=True)

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedbench.config import ConfigError, check_config
+from fedbench.config import ConfigError
+from fedbench.plan import check_config
 from fedbench.results.papers import (
     PAPERS, SHARED, category, config_papers, experiment_paper, paper_experiments, shared_category, write_paper_rows,
 )

@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from fedbench.config import Cell, check_config
+from fedbench.config import Cell
+from fedbench.plan import check_config
 from fedbench.pipeline import build_partition, run_cell
 
 CONFIG = {

@@ -11,7 +11,8 @@ import pytest
 import fedbench.pipeline as pipeline
 from fedbench.algorithms import ALGORITHMS
 from fedbench.checkpoint import CHECKPOINT_NAME, CheckpointError
-from fedbench.config import Cell, check_config
+from fedbench.config import Cell
+from fedbench.plan import check_config
 from fedbench.data.partition_file import PartitionFileError
 from fedbench.pipeline import build_partition, run_cell
 from fedbench.results.tables import load_metrics, summarise, to_markdown

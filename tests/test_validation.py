@@ -11,7 +11,8 @@ from typing import Annotated, Literal
 import pytest
 import yaml
 
-from fedbench.config import ConfigError, validate_config
+from fedbench.config import ConfigError
+from fedbench.plan import validate_config
 from fedbench.registry import Range, Registry
 from fedbench.validation import ConfigFileError, load_yaml_strict
 

@@ -18,7 +18,7 @@ from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
 from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
 from fedbench.results.claims import evaluated_claims
-from fedbench.config import validate_config
+from fedbench.plan import validate_config
 from fedbench.validation import ConfigFileError
 
 # ---- validation ---------------------------------------------------------------------

@@ -1,10 +1,16 @@
-"""The two jobs the workflow runs per cell: build a partition, and train + evaluate one cell."""
+"""The two jobs the workflow runs per cell: build a partition, and train + evaluate one cell.
+
+:func:`run_cell` is a sequence of stages, each a function a test can call on its own:
+:func:`prepare` (data, model, federation, algorithm), :func:`resume` (from a checkpoint or round 1),
+:func:`train_round`, :func:`evaluate` (:func:`score_round` gives the history row),
+:func:`checkpoint` and :func:`write` (the three output files)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +20,14 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from tqdm.auto import tqdm
 
 import fedbench
-from fedbench.algorithms import ALGORITHMS, Federation
+from fedbench.algorithms import ALGORITHMS, Algorithm, Federation
 from fedbench.checkpoint import CHECKPOINT_NAME, capture_rng, fingerprint, load_checkpoint, restore_rng, save_checkpoint
 from fedbench.config import Cell, resolve_cell, results_settings
 from fedbench.data.partition_file import atomic_write, load_partition, save_partition
 from fedbench.data import partition_dataset
 from fedbench.data import load_dataset
 from fedbench.engine.device import peak_memory_mb, resolve_device
-from fedbench.engine.evaluate import evaluate_clients, evaluate_pooled
+from fedbench.engine.evaluate import Scores, evaluate_clients, evaluate_pooled
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.reference import ReferenceTrainer
@@ -124,27 +130,90 @@ def _train_scores(model, models, global_weights, data: FederatedData, everyone, 
     }
 
 
-def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | None = None) -> dict:
-    """Train and evaluate one cell; write ``metrics.json``, ``history.csv`` and ``clients.csv`` to ``out_dir``.
+# ---- the stages of one cell's run ------------------------------------------------------------
 
-    Every ``training.checkpoint_every`` rounds the run's whole state goes to ``out_dir/checkpoint.pt``
-    (:mod:`fedbench.checkpoint`); a rerun continues from there and ends with the same numbers.  A
-    round whose training loss is NaN or infinite ends the run: ``metrics.json`` says
-    ``status: diverged`` and the round, with no final numbers."""
+
+@dataclass
+class CellRun:
+    """The fixed parts of one cell's run, built once by :func:`prepare`: its settings, the
+    federation (model template, data, trainer, client sampling), the algorithm, the partition's
+    ground-truth groupings, and what a checkpoint must match to be resumed."""
+
+    cell: Cell
+    spec: dict  # resolve_cell's entries
+    out: Path
+    device: torch.device
+    fed: Federation
+    algorithm: Algorithm
+    groups: dict  # the partition's ground-truth groupings (``cluster``, ``team``, ...)
+    code: dict  # provenance of the code that runs
+    fingerprint: str
+    started: float  # time.perf_counter() when the run began
+
+    @property
+    def training(self) -> dict:
+        return self.spec["training"]
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out / CHECKPOINT_NAME
+
+    @property
+    def name(self) -> str:
+        return self.cell.run_dir("").lstrip("/")
+
+
+@dataclass
+class Progress:
+    """What a run has done so far, saved in every checkpoint: the algorithm's state, the history
+    rows, the per-client scores of the evaluated rounds, the training losses since the last
+    evaluation, the round to train next, the wall time of earlier attempts, and the round whose
+    training loss was not finite (None: none)."""
+
+    state: dict
+    history: list[dict] = field(default_factory=list)
+    per_client: dict[int, Scores] = field(default_factory=dict)
+    losses: list[float] = field(default_factory=list)
+    first: int = 1
+    spent_before: float = 0.0
+    diverged: int | None = None
+
+    def wall_time(self, started: float) -> float:
+        """Seconds spent on the run, earlier attempts included."""
+        return self.spent_before + time.perf_counter() - started
+
+
+def prepare(config: dict, cell: Cell, partition_npz, out_dir, device: str | None = None) -> CellRun:
+    """Load the cell's data and partition onto the device, build its model (seeded with the cell's
+    seed), federation and algorithm, and fingerprint its settings and code."""
     started = time.perf_counter()
     spec = resolve_cell(config, cell)
-    training = spec["training"]
-    out = Path(out_dir)
     dev = resolve_device(device or config.get("device", "auto"))
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
+    data, groups = _load_data(config, spec, partition_npz, dev)
+    fed = _federation(config, cell, spec, data, groups)
+    algorithm_spec = spec["algorithm"]
+    algorithm = ALGORITHMS[algorithm_spec["method"]](**{k: v for k, v in algorithm_spec.items() if k != "method"})
+    code = provenance(cell_roots(spec), CELL_SCRIPTS)  # version, commit, hash of the code that runs
+    return CellRun(cell=cell, spec=spec, out=Path(out_dir), device=dev, fed=fed, algorithm=algorithm,
+                   groups=groups, code=code, fingerprint=fingerprint(results_settings(spec), code["code_hash"]),
+                   started=started)
 
+
+def _load_data(config: dict, spec: dict, partition_npz, dev: torch.device) -> tuple[FederatedData, dict]:
+    """The cell's dataset split by the partition file, on ``dev``, and the partition's groupings."""
     dataset = load_dataset(spec["dataset"], config.get("data_root", "data"))
     partition = load_partition(partition_npz)
-    truth = partition.groups.get("cluster")
-    data = FederatedData.build(dataset, partition, dev)
+    return FederatedData.build(dataset, partition, dev), partition.groups
+
+
+def _federation(config: dict, cell: Cell, spec: dict, data: FederatedData, groups: dict) -> Federation:
+    """The federation of one cell: the model (built after seeding torch with the cell's seed), the
+    trainer of ``training.engine``, local SGD, client sampling seeded with the cell's seed."""
+    training = spec["training"]
     torch.manual_seed(cell.seed)
-    model = build_model(spec["model"], data.input_shape, data.num_classes).to(dev)
+    model = build_model(spec["model"], data.input_shape, data.num_classes).to(data.x.device)
     memory_mb = training["memory_mb"]
     local = LocalSGD(
         epochs=training["local_epochs"],
@@ -153,7 +222,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         momentum=training["momentum"],
         weight_decay=training["weight_decay"],
     )
-    fed = Federation(
+    return Federation(
         model=model,
         data=data,
         trainer=TRAINERS[training["engine"]](model, data, chunk_size=training["client_chunk"], memory_mb=memory_mb),
@@ -162,77 +231,148 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
         generator=torch.Generator().manual_seed(cell.seed),
         seed=cell.seed,
         encoders=Path(config.get("results", "results")) / "encoders",
-        teams=None if "team" not in partition.groups else np.asarray(partition.groups["team"]),
+        teams=None if "team" not in groups else np.asarray(groups["team"]),
         bn_aggregation=training["bn_aggregation"],
     )
-    algorithm_spec = spec["algorithm"]
-    algorithm = ALGORITHMS[algorithm_spec["method"]](**{k: v for k, v in algorithm_spec.items() if k != "method"})
-    state = algorithm.init(fed, model_weights(model))
 
-    everyone = torch.arange(data.num_clients, device=dev)
-    rounds, every, train_every = training["rounds"], training["eval_every"], training["train_eval_every"]
-    history, per_client = [], {}
-    losses = []
-    code = provenance(cell_roots(spec), CELL_SCRIPTS)  # version, commit, hash of the code that runs
-    checkpoint_path, checkpoint_every = out / CHECKPOINT_NAME, training["checkpoint_every"]
-    run_fingerprint = fingerprint(results_settings(spec), code["code_hash"])
-    first, spent_before, diverged = 1, 0.0, None
-    resumed = load_checkpoint(checkpoint_path, run_fingerprint, map_location=dev) if checkpoint_every else None
-    if resumed is not None:
-        state, history, per_client, losses = resumed["state"], resumed["history"], resumed["per_client"], resumed["losses"]
-        model.load_state_dict(resumed["model"])
-        restore_rng(fed.generator, resumed["rng"])
-        first, spent_before = resumed["round"] + 1, resumed["wall_time_s"]
-        log.info("resuming from %s after round %d", checkpoint_path, resumed["round"])
-    log.info("cell %s on %s: %d clients, %d rounds", cell.run_dir("").lstrip("/"), dev, data.num_clients, rounds)
-    for t in tqdm(range(first, rounds + 1), desc=f"{cell.algorithm} seed{cell.seed}", unit="round", mininterval=5):
-        state, loss = algorithm.round(fed, state, t)
-        losses.append(float(loss.mean()))
-        if not torch.isfinite(loss).all():  # diverged: no model worth scoring from here on
-            diverged = t
-            history.append({"round": t, "train_loss": float(np.mean(losses))})
-            log.warning("cell %s diverged at round %d (training loss %s)", cell.run_dir("").lstrip("/"), t, losses[-1])
-            break
-        if t % every == 0 or t == rounds:
-            models = algorithm.client_models(fed, state, t)
-            scoring = algorithm.scoring_model(fed, state)  # e.g. FeMAM's additive levels
-            scoring = model if scoring is None else scoring
-            personal = evaluate_clients(scoring, models, data, data.test, everyone, memory_mb=memory_mb)
-            global_weights = algorithm.global_model(fed, state)
-            pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test, memory_mb)
-            row = _history_row(t, float(np.mean(losses)), personal, pooled)
-            if data.val is not None:  # the clients' models on their validation rows (FeMAM's model selection)
-                row.update(evaluate_clients(scoring, models, data, data.val, everyone, memory_mb=memory_mb).summary("val_"))
-            if train_every is None or t % train_every == 0 or t == rounds:
-                row.update(_train_scores(scoring, models, global_weights, data, everyone, memory_mb, model))
-            row.update(_cluster_scores(algorithm.clusters(fed, state), truth))
-            row.update(adjacency_scores(algorithm.adjacency(fed, state), truth))
-            row.update(algorithm.diagnostics(fed, state))  # per-round scalars (CFL's norms, splits)
-            losses.clear()
-            history.append(row)
-            per_client[t] = personal
-            log.info(
-                "round %d/%d train_loss %.4f acc_mean %.4f acc_var %.5f global_acc %.4f",
-                t, rounds, row["train_loss"], row["acc_mean"], row["acc_var"], row["global_acc"],
-            )
-        # the last round too: a job killed while writing its outputs then retrains nothing
-        if checkpoint_every and (t % checkpoint_every == 0 or t == rounds):
-            save_checkpoint(checkpoint_path, {
-                "round": t, "fingerprint": run_fingerprint, "state": state, "model": model.state_dict(),
-                "rng": capture_rng(fed.generator), "history": history, "per_client": per_client, "losses": losses,
-                "wall_time_s": spent_before + time.perf_counter() - started,
-            })
 
-    wall_time_s = round(spent_before + time.perf_counter() - started, 3)
-    if diverged is not None:
-        return _write_diverged(spec, cell, data, dev, out, history, diverged, wall_time_s, code, checkpoint_path, training)
-    history_df = pd.DataFrame(history)
-    protocol = PROTOCOLS[spec["protocol"]]
-    final = protocol.final(history_df)
-    train_accuracy = history_df.set_index("round").loc[final["round"], "train_acc_mean"]
+def resume(run: CellRun, state: dict) -> Progress:
+    """Where the run continues: from its checkpoint when one of this run's settings and code is on
+    disk (model template and random streams restored, from the saved round + 1), else from round 1
+    with ``state`` (the algorithm's initial state)."""
+    resumed = None
+    if run.training["checkpoint_every"]:
+        resumed = load_checkpoint(run.checkpoint_path, run.fingerprint, map_location=run.device)
+    if resumed is None:
+        return Progress(state)
+    run.fed.model.load_state_dict(resumed["model"])
+    restore_rng(run.fed.generator, resumed["rng"])
+    log.info("resuming from %s after round %d", run.checkpoint_path, resumed["round"])
+    return Progress(state=resumed["state"], history=resumed["history"], per_client=resumed["per_client"],
+                    losses=resumed["losses"], first=resumed["round"] + 1, spent_before=resumed["wall_time_s"])
+
+
+def train_round(run: CellRun, progress: Progress, round_: int) -> bool:
+    """One round of the algorithm; its mean training loss joins ``progress.losses``.  A loss that is
+    not finite ends the run (False): the round and the mean loss go to the history, nothing else."""
+    progress.state, loss = run.algorithm.round(run.fed, progress.state, round_)
+    progress.losses.append(float(loss.mean()))
+    if torch.isfinite(loss).all():
+        return True
+    progress.diverged = round_  # no model worth scoring from here on
+    progress.history.append({"round": round_, "train_loss": float(np.mean(progress.losses))})
+    log.warning("cell %s diverged at round %d (training loss %s)", run.name, round_, progress.losses[-1])
+    return False
+
+
+def due(round_: int, every: int | None, rounds: int) -> bool:
+    """Round ``round_`` is a multiple of ``every`` (None: every round) or the last one."""
+    return every is None or round_ % every == 0 or round_ == rounds
+
+
+def score_round(fed: Federation, algorithm: Algorithm, state: dict, round_: int, train_loss: float,
+                truth=None, memory_mb: float | None = None, train_scores: bool = True) -> tuple[dict, Scores]:
+    """The history row of an evaluated round and the clients' test scores: ``train_loss``, the
+    clients' models on their test rows (and validation rows, where the partition has them), the
+    global model on the pooled test rows, with ``train_scores`` both on the training rows, the
+    recovered clusters and relatedness graph against ``truth``, and the algorithm's diagnostics."""
+    data, model = fed.data, fed.model
+    everyone = torch.arange(data.num_clients, device=fed.device)
+    models = algorithm.client_models(fed, state, round_)
+    scoring = algorithm.scoring_model(fed, state)  # e.g. FeMAM's additive levels
+    scoring = model if scoring is None else scoring
+    personal = evaluate_clients(scoring, models, data, data.test, everyone, memory_mb=memory_mb)
+    global_weights = algorithm.global_model(fed, state)
+    pooled = None if global_weights is None else evaluate_pooled(model, global_weights, data, data.test, memory_mb)
+    row = _history_row(round_, train_loss, personal, pooled)
+    if data.val is not None:  # the clients' models on their validation rows (FeMAM's model selection)
+        row.update(evaluate_clients(scoring, models, data, data.val, everyone, memory_mb=memory_mb).summary("val_"))
+    if train_scores:
+        row.update(_train_scores(scoring, models, global_weights, data, everyone, memory_mb, model))
+    row.update(_cluster_scores(algorithm.clusters(fed, state), truth))
+    row.update(adjacency_scores(algorithm.adjacency(fed, state), truth))
+    row.update(algorithm.diagnostics(fed, state))  # per-round scalars (CFL's norms, splits)
+    return row, personal
+
+
+def evaluate(run: CellRun, progress: Progress, round_: int) -> None:
+    """Score round ``round_`` (:func:`score_round`, training scores every ``train_eval_every``
+    rounds) and record it: a history row, the clients' scores, the loss window emptied."""
+    training = run.training
+    row, personal = score_round(
+        run.fed, run.algorithm, progress.state, round_, float(np.mean(progress.losses)), run.groups.get("cluster"),
+        training["memory_mb"], due(round_, training["train_eval_every"], training["rounds"]),
+    )
+    progress.losses.clear()
+    progress.history.append(row)
+    progress.per_client[round_] = personal
+    log.info(
+        "round %d/%d train_loss %.4f acc_mean %.4f acc_var %.5f global_acc %.4f",
+        round_, training["rounds"], row["train_loss"], row["acc_mean"], row["acc_var"], row["global_acc"],
+    )
+
+
+def checkpoint(run: CellRun, progress: Progress, round_: int) -> None:
+    """Save the run's whole state after every ``checkpoint_every``-th round and after the last one
+    (a job killed while writing its outputs then retrains nothing); nothing when checkpoints are off."""
+    every = run.training["checkpoint_every"]
+    if not (every and due(round_, every, run.training["rounds"])):
+        return
+    save_checkpoint(run.checkpoint_path, {
+        "round": round_, "fingerprint": run.fingerprint, "state": progress.state, "model": run.fed.model.state_dict(),
+        "rng": capture_rng(run.fed.generator), "history": progress.history, "per_client": progress.per_client,
+        "losses": progress.losses, "wall_time_s": progress.wall_time(run.started),
+    })
+
+
+def write(run: CellRun, progress: Progress) -> dict:
+    """Write ``history.csv``, ``clients.csv`` and ``metrics.json`` (each atomically: a failed write
+    leaves no partial file, and the checkpoint stays for the rerun), then remove the checkpoint
+    unless ``keep_checkpoint``; returns the metrics."""
+    wall_time_s = round(progress.wall_time(run.started), 3)  # summed over resumed attempts
+    if progress.diverged is not None:
+        history, clients, metrics = _diverged_outputs(run, progress, wall_time_s)
+    else:
+        history, clients, metrics = _completed_outputs(run, progress, wall_time_s)
+    atomic_write(run.out / "history.csv", lambda p: history.to_csv(p, index=False))
+    atomic_write(run.out / "clients.csv", lambda p: clients.to_csv(p, index=False))
+    atomic_write(run.out / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))
+    if not run.training["keep_checkpoint"]:
+        run.checkpoint_path.unlink(missing_ok=True)
+    if progress.diverged is None:
+        final = metrics["final"]
+        log.info("final (%s, round %d): accuracy %.4f", run.spec["protocol"], final["round"], final["accuracy"] or float("nan"))
+    return metrics
+
+
+def _completed_outputs(run: CellRun, progress: Progress, wall_time_s: float) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """History, per-client table and metrics of a run that trained every round: the protocol's
+    final round, the clients' scores there, the global model's last scores, the structure scores
+    and what the algorithm reports of the run (its summary, its artifacts, written here)."""
+    history = pd.DataFrame(progress.history)
+    final = PROTOCOLS[run.spec["protocol"]].final(history)
+    train_accuracy = history.set_index("round").loc[final["round"], "train_acc_mean"]
     final["train_accuracy"] = None if pd.isna(train_accuracy) else float(train_accuracy)  # unscored round
-    chosen = per_client[final["round"]]
-    clients_df = pd.DataFrame(
+    last = history.iloc[-1]
+    metrics = {
+        "cell": run.cell.as_dict(),
+        "protocol": run.spec["protocol"],
+        "final": final,
+        "global": {
+            k: (None if pd.isna(last[c]) else float(last[c]))
+            for k, c in (("accuracy", "global_acc"), ("macro_f1", "global_f1"), ("loss", "global_loss"))
+        },
+        "status": "completed",
+        **_run_record(run, wall_time_s),
+    }
+    _add_clustering(metrics, history, run.algorithm.level_clusters(run.fed, progress.state), run.groups)
+    _add_algorithm_report(metrics, run, progress.state)
+    return history, _client_table(run.fed.data, progress.per_client[final["round"]]), metrics
+
+
+def _client_table(data: FederatedData, chosen: Scores) -> pd.DataFrame:
+    """``clients.csv``: every client's sample counts and its scores at the final round."""
+    return pd.DataFrame(
         {
             "client": np.arange(data.num_clients),
             "train_samples": data.train.counts.cpu().numpy(),
@@ -242,78 +382,83 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
             "loss": chosen.loss,
         }
     )
-    last = history_df.iloc[-1]
-    metrics = {
-        "cell": cell.as_dict(),
-        "protocol": spec["protocol"],
-        "final": final,
-        "global": {
-            k: (None if pd.isna(last[c]) else float(last[c]))
-            for k, c in (("accuracy", "global_acc"), ("macro_f1", "global_f1"), ("loss", "global_loss"))
-        },
-        "status": "completed",
-        **_run_record(spec, cell, data, dev, wall_time_s, code),  # wall time summed over resumed attempts
-    }
-    if "ari" in history_df:
-        metrics["clustering"] = {k: float(history_df[k].iloc[-1]) for k in ("ari", "nmi")}
-    level_clusters = algorithm.level_clusters(fed, state)
-    if level_clusters is not None:  # FeMAM: every level's groups against every ground-truth grouping
-        metrics["structure_scores"] = structure_scores(level_clusters, partition.groups)
+
+
+def _add_clustering(metrics: dict, history: pd.DataFrame, level_clusters: dict | None, groups: dict) -> None:
+    """The last round's clustering and relatedness scores (``clustering``) and, for algorithms with
+    levels (FeMAM), every level's groups against every ground-truth grouping (``structure_scores``)."""
+    if "ari" in history:
+        metrics["clustering"] = {k: float(history[k].iloc[-1]) for k in ("ari", "nmi")}
+    if level_clusters is not None:
+        metrics["structure_scores"] = structure_scores(level_clusters, groups)
     for column in ("adj_density", "adj_cross_group"):
-        if column in history_df:
-            metrics.setdefault("clustering", {})[column] = float(history_df[column].iloc[-1])
-    summary = algorithm.summary(fed, state)  # per-run facts (CFL's split rounds)
+        if column in history:
+            metrics.setdefault("clustering", {})[column] = float(history[column].iloc[-1])
+
+
+def _add_algorithm_report(metrics: dict, run: CellRun, state: dict) -> None:
+    """The algorithm's per-run facts (``summary``; its ``warning`` is logged) and its artifacts,
+    written to the run directory (``artifacts``: their file names)."""
+    summary = run.algorithm.summary(run.fed, state)  # per-run facts (CFL's split rounds)
     if summary is not None:
         metrics["summary"] = summary
-        if "warning" in metrics["summary"]:
-            log.warning("cell %s: %s", cell.run_dir("").lstrip("/"), metrics["summary"]["warning"])
-    artifacts = algorithm.artifacts(fed, state)
+        if "warning" in summary:
+            log.warning("cell %s: %s", run.name, summary["warning"])
+    artifacts = run.algorithm.artifacts(run.fed, state)
     if artifacts is not None:
-        metrics["artifacts"] = save_artifacts(artifacts, out)
-    atomic_write(out / "history.csv", lambda p: history_df.to_csv(p, index=False))
-    atomic_write(out / "clients.csv", lambda p: clients_df.to_csv(p, index=False))
-    atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))
-    if not training["keep_checkpoint"]:
-        checkpoint_path.unlink(missing_ok=True)
-    log.info("final (%s, round %d): accuracy %.4f", spec["protocol"], final["round"], final["accuracy"] or float("nan"))
-    return metrics
+        metrics["artifacts"] = save_artifacts(artifacts, run.out)
 
 
-def _run_record(spec, cell, data, dev, wall_time_s, code) -> dict:
-    """What every ``metrics.json`` records of the run itself: settings, versions, device, cost, code."""
-    return {
-        "hyperparameters": results_settings(spec),
-        "num_clients": data.num_clients,
-        "seed": cell.seed,
-        "fedbench_version": fedbench.__version__,
-        "torch_version": torch.__version__,
-        "device": str(dev),
-        "wall_time_s": wall_time_s,
-        "peak_memory": peak_memory_mb(dev),
-        "provenance": code,
-    }
-
-
-def _write_diverged(spec, cell, data, dev, out: Path, history: list, round_: int, wall_time_s, code, checkpoint_path, training) -> dict:
-    """The outputs of a cell whose training loss became NaN or infinite at ``round_``: the history
-    up to that round (its last row has only the loss), no client scores, ``status: diverged``."""
-    history_df = pd.DataFrame(history)
-    clients_df = pd.DataFrame({
+def _diverged_outputs(run: CellRun, progress: Progress, wall_time_s: float) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The outputs of a run whose training loss became NaN or infinite: the history up to that
+    round (its last row has only the loss), no client scores, ``status: diverged``."""
+    data, round_ = run.fed.data, progress.diverged
+    clients = pd.DataFrame({
         "client": np.arange(data.num_clients), "train_samples": data.train.counts.cpu().numpy(),
         "test_samples": np.nan, "accuracy": np.nan, "macro_f1": np.nan, "loss": np.nan,
     })
     metrics = {
-        "cell": cell.as_dict(),
-        "protocol": spec["protocol"],
+        "cell": run.cell.as_dict(),
+        "protocol": run.spec["protocol"],
         "status": "diverged",
         "diverged_round": round_,
         "final": {"round": round_, "accuracy": None, "macro_f1": None, "loss": None, "variance": None, "train_accuracy": None},
         "global": {"accuracy": None, "macro_f1": None, "loss": None},
-        **_run_record(spec, cell, data, dev, wall_time_s, code),
+        **_run_record(run, wall_time_s),
     }
-    atomic_write(out / "history.csv", lambda p: history_df.to_csv(p, index=False))
-    atomic_write(out / "clients.csv", lambda p: clients_df.to_csv(p, index=False))
-    atomic_write(out / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))
-    if not training["keep_checkpoint"]:
-        checkpoint_path.unlink(missing_ok=True)
-    return metrics
+    return pd.DataFrame(progress.history), clients, metrics
+
+
+def _run_record(run: CellRun, wall_time_s: float) -> dict:
+    """What every ``metrics.json`` records of the run itself: settings, versions, device, cost, code."""
+    return {
+        "hyperparameters": results_settings(run.spec),
+        "num_clients": run.fed.data.num_clients,
+        "seed": run.cell.seed,
+        "fedbench_version": fedbench.__version__,
+        "torch_version": torch.__version__,
+        "device": str(run.device),
+        "wall_time_s": wall_time_s,
+        "peak_memory": peak_memory_mb(run.device),
+        "provenance": run.code,
+    }
+
+
+def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | None = None) -> dict:
+    """Train and evaluate one cell; write ``metrics.json``, ``history.csv`` and ``clients.csv`` to ``out_dir``.
+
+    Every ``training.checkpoint_every`` rounds the run's whole state goes to ``out_dir/checkpoint.pt``
+    (:mod:`fedbench.checkpoint`); a rerun continues from there and ends with the same numbers.  A
+    round whose training loss is NaN or infinite ends the run: ``metrics.json`` says
+    ``status: diverged`` and the round, with no final numbers."""
+    run = prepare(config, cell, partition_npz, out_dir, device)
+    progress = resume(run, run.algorithm.init(run.fed, model_weights(run.fed.model)))
+    rounds, every = run.training["rounds"], run.training["eval_every"]
+    log.info("cell %s on %s: %d clients, %d rounds", run.name, run.device, run.fed.num_clients, rounds)
+    for t in tqdm(range(progress.first, rounds + 1), desc=f"{cell.algorithm} seed{cell.seed}", unit="round", mininterval=5):
+        if not train_round(run, progress, t):
+            break
+        if due(t, every, rounds):
+            evaluate(run, progress, t)
+        checkpoint(run, progress, t)
+    return write(run, progress)

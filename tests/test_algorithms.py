@@ -159,6 +159,12 @@ def test_participation_samples_round_rho_k_distinct_clients():
         assert len(chosen) == 3 and len(set(chosen.tolist())) == 3
 
 
+def test_participation_below_one_client_still_samples_one():
+    """max(1, round(rho K)): rho K = 0.4 rounds to 0, and one client is still sampled each round."""
+    fed = make_federation(make_data([5] * 4), zero_mlr(), LocalSGD(1, 5, 0.1), participation=0.1)
+    assert {len(fed.sample_clients()) for _ in range(5)} == {1}
+
+
 def test_weighted_average_by_hand():
     stacked = {"w": torch.tensor([[1.0, 0.0], [4.0, 3.0]]), "steps": torch.tensor([2, 5])}
     avg = weighted_average(stacked, torch.tensor([1, 3]))

@@ -38,10 +38,11 @@ class FixedTrainer:
     """Returns ``TRAINED``'s rows of the requested clients and records the models it started from."""
 
     def __init__(self):
-        self.starts = []
+        self.starts, self.clients = [], []
 
     def train(self, start, clients, plan, hp, center=None):
         self.starts.append({k: v.clone() for k, v in start.items()})
+        self.clients.append(clients.tolist())
         return {k: v[clients] for k, v in TRAINED.items()}, torch.zeros(len(clients))
 
 
@@ -93,6 +94,24 @@ def test_fedbn_keeps_every_batchnorm_entry_local():
     for k in fed.local_names:
         assert torch.equal(models[k], TRAINED[k]), k
     assert torch.equal(models["0.weight"], torch.tensor([[[5.0, 3.0]], [[5.0, 3.0]]]))  # Linear averaged
+
+
+def test_local_stats_of_clients_not_sampled_stay_as_they_were():
+    """Partial participation (one of the two clients a round): only the sampled client's kept
+    statistics take its trained values; the other client keeps what it had (the initial
+    running_mean 0 and running_var 1 until it is first sampled)."""
+    fed, model = federation("local_stats")
+    fed.participation = 0.5
+    algorithm = ALGORITHMS["fedavg"]()
+    state = algorithm.init(fed, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    state, _ = algorithm.round(fed, state, 1)
+    [chosen] = fed.trainer.clients[0]
+    other = 1 - chosen
+    kept = state["local"]
+    assert torch.equal(kept["1.running_mean"][chosen], TRAINED["1.running_mean"][chosen])
+    assert torch.equal(kept["1.running_var"][chosen], TRAINED["1.running_var"][chosen])
+    assert torch.equal(kept["1.running_mean"][other], torch.tensor([0.0]))
+    assert torch.equal(kept["1.running_var"][other], torch.tensor([1.0]))
 
 
 def test_unknown_mode_is_refused():

@@ -4,9 +4,12 @@ The JSON schema (``workflow/schemas/config.schema.yaml``) checks structure and t
 module checks what the schema cannot, from the registries alone: that every name refers to a
 registered source, partitioner, model, algorithm or protocol, that grids name declared entries,
 that each entry's parameters are ones its builder accepts with values of its builder's types and
-declared bounds (:meth:`fedbench.registry.Registry.check_params`), that no experiment sets a
-training setting one of its algorithms ignores, and that no two grid blocks produce the same
-cell.  The workflow's full validation (published links, papers, claims) is
+declared bounds (:meth:`fedbench.registry.Registry.check_params`) and that a parameter naming
+another section's entry (a builder's registered ``refers``) names a declared one, that no
+experiment sets a training setting one of its algorithms ignores, that every algorithm accepts
+its place in the plan (its ``check_plan`` hook), and that no two grid blocks produce the same
+cell.  Algorithm- and partition-specific rules sit beside their builders (hooks and registered
+facts); this module applies them generically and names none.  The workflow's full validation (published links, papers, claims) is
 :func:`fedbench.plan.validate_config`.
 """
 
@@ -14,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import typing
 from dataclasses import asdict, dataclass
 
-from fedbench.algorithms import ALGORITHMS
+from fedbench.algorithm_registry import ALGORITHMS, PlanContext
 from fedbench.data import DATASETS, PARTITIONERS
 from fedbench.data.partition import COMMON_KEYS
 from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
@@ -71,7 +75,7 @@ def check_entries(config: dict) -> None:
         check_finite(config)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    _check_encoder_names(config)
+    _check_encoder_datasets(config)
     for section, (key, registry, extra) in SECTIONS.items():
         for name, entry in config.get(section, {}).items():
             where = f"{section}.{name}"
@@ -86,11 +90,11 @@ def check_entries(config: dict) -> None:
                 registry.check_params(entry[key], params, where)
             except ValueError as error:
                 raise ConfigError(str(error)) from None
+            _check_references(config, where, registry.extra(entry[key], "refers", {}), params)
     algorithms = _build_algorithms(config)
     client_counts = _check_partition_specs(config)
     for i, block in enumerate(config.get("partition_grid", [])):
         _check_declared(config, block, f"partition_grid[{i}]", ("datasets", "partitions"))
-        _check_class_budgets(config, block, f"partition_grid[{i}]")
     for experiment, spec in config.get("experiments", {}).items():
         try:
             PROTOCOLS[spec.get("protocol", "mean_client_last")]
@@ -98,11 +102,10 @@ def check_entries(config: dict) -> None:
             raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
-            _check_class_budgets(config, block, f"experiments.{experiment}.grid[{i}]")
         _check_ignored_training(config, experiment, spec, algorithms)
         _check_repeated_cells(experiment, spec)
-        _check_bn_aggregation(config, experiment, spec)
-        _check_rounds_and_models(config, experiment, spec, client_counts)
+        _check_bn_aggregation(config, experiment, spec, algorithms)
+        _check_plans(config, experiment, spec, algorithms, client_counts)
         _check_model_inputs(config, experiment, spec)
     _check_feasible(config)
     _check_memory_budgets(config)
@@ -168,32 +171,29 @@ def _build_algorithms(config: dict) -> dict:
     return built
 
 
-# an ignored training setting is not silently dropped when the algorithm's entry says what
-# replaces it, or when its value is what the algorithm does anyway
-_REPLACED_BY = {"local_epochs": "local_steps"}
-_HARMLESS = {"momentum": 0.0}
+def _plan(config: dict, spec: dict, name: str, clients: dict[str, int] | None = None) -> PlanContext:
+    """What the config says of algorithm entry ``name`` in experiment ``spec`` (and a block's ``clients``)."""
+    return PlanContext(
+        name=name,
+        entry={k: v for k, v in config["algorithms"][name].items() if k != "method"},
+        training={**TRAINING_DEFAULTS, **spec.get("training", {})},
+        training_set=dict(spec.get("training", {})),
+        clients=clients or {},
+    )
 
 
 def _check_ignored_training(config: dict, experiment: str, spec: dict, algorithms: dict) -> None:
-    """A training setting the experiment sets but one of its grid's algorithms never reads
-    (``ignored_training`` of the built algorithm, e.g. ``momentum`` for pFedMe) is an error --
-    unless the algorithm's entry sets what replaces it (``local_steps`` for ``local_epochs``: a
-    paper table may mix epoch- and step-counted methods) or the value is the one it uses anyway
-    (``momentum: 0``)."""
-    given = spec.get("training", {})
+    """A training setting the experiment sets but one of its grid's algorithms never reads is an
+    error (the built algorithm's :meth:`~fedbench.algorithms.base.Algorithm.ignored_settings`,
+    which leaves out one its entry replaces or sets to the value the algorithm uses anyway)."""
     for block in spec.get("grid", []):
         for name in block["algorithms"]:
-            ignored = algorithms[name].ignored_training
-            entry = config["algorithms"][name]
-            for key in given:
-                if _REPLACED_BY.get(key) in entry or (key in _HARMLESS and given[key] == _HARMLESS[key]):
-                    continue
-                if key in ignored:
-                    raise ConfigError(
-                        f"experiments.{experiment}.training.{key}: algorithm {name!r} "
-                        f"(method {config['algorithms'][name]['method']!r}) ignores it: {ignored[key]}; "
-                        f"remove {key!r} or move {name!r} to an experiment without it"
-                    )
+            for key, why in algorithms[name].ignored_settings(_plan(config, spec, name)).items():
+                raise ConfigError(
+                    f"experiments.{experiment}.training.{key}: algorithm {name!r} "
+                    f"(method {config['algorithms'][name]['method']!r}) ignores it: {why}; "
+                    f"remove {key!r} or move {name!r} to an experiment without it"
+                )
 
 
 def _check_repeated_cells(experiment: str, spec: dict) -> None:
@@ -209,46 +209,31 @@ def _check_repeated_cells(experiment: str, spec: dict) -> None:
             owner[combo] = i
 
 
-def _check_bn_aggregation(config: dict, experiment: str, spec: dict) -> None:
-    """``training.bn_aggregation`` other than ``average`` only for algorithms that keep state local."""
+def _check_bn_aggregation(config: dict, experiment: str, spec: dict, algorithms: dict) -> None:
+    """``training.bn_aggregation`` other than ``average`` only for algorithms that keep state local
+    (the built algorithm's ``keeps_local_bn``)."""
     mode = spec.get("training", {}).get("bn_aggregation", "average")
     if mode == "average":
         return
     for name in sorted({a for block in spec.get("grid", []) for a in block["algorithms"]}):
         entry = config["algorithms"][name]
-        algorithm = ALGORITHMS[entry["method"]](**{k: v for k, v in entry.items() if k != "method"})
-        if not algorithm.keeps_local_bn:
+        if not algorithms[name].keeps_local_bn:
             raise ConfigError(
                 f"experiments.{experiment}.training.bn_aggregation: {mode!r} needs algorithms that keep BatchNorm "
-                f"state local; {name!r} ({entry['method']}) does not (use 'average', or the FedAvg family)"
+                f"state local; {name!r} ({entry['method']}) does not (use 'average', or a method that does: "
+                f"{', '.join(_local_bn_methods())})"
             )
 
 
-def _check_class_budgets(config: dict, block: dict, where: str) -> None:
-    """A FeMAM multi-level partition must not need more classes than its datasets have (where the
-    dataset's class count is known without loading it)."""
-    from fedbench.data.partitions_femam import multilevel_classes_needed, source_classes
-
-    for dataset in block.get("datasets", []):
-        available = source_classes(config.get("datasets", {}).get(dataset, {}))
-        for partition in block.get("partitions", []):
-            entry = config.get("partitions", {}).get(partition, {})
-            if available is None or entry.get("kind") != "femam_multilevel":
-                continue
-            try:
-                needed = multilevel_classes_needed(entry, available)
-            except ValueError as error:
-                raise ConfigError(f"{where}: partitions.{partition} on datasets.{dataset}: {error}") from None
-            if needed > available:
-                raise ConfigError(
-                    f"{where}: partitions.{partition} (structure {entry.get('structure')}) needs {needed} classes, "
-                    f"datasets.{dataset} has {available}"
-                )
+def _local_bn_methods() -> list[str]:
+    """Registered methods whose algorithm keeps BatchNorm state local (``keeps_local_bn`` of the
+    class their builder returns)."""
+    return [m for m in ALGORITHMS.names() if typing.get_type_hints(ALGORITHMS[m])["return"].keeps_local_bn]
 
 
 def _check_partition_specs(config: dict) -> dict[str, int]:
-    """Partition kinds that can check their entry before any job (``validate_spec``, e.g. an index
-    file's parse, duplicates and negative indices) do so for every partition a grid uses (declared
+    """Partition kinds that can check their entry before any job (a registered ``validate_spec``,
+    e.g. an index file's parse, duplicates and negative indices) do so for every partition a grid uses (declared
     but unused entries are options, e.g. index files not downloaded); returns the known client
     count of every partition (its ``num_clients``, or what ``validate_spec`` found)."""
     used = {p for block in config.get("partition_grid", []) for p in block.get("partitions", [])}
@@ -257,7 +242,7 @@ def _check_partition_specs(config: dict) -> dict[str, int]:
     counts = {}
     for name, entry in config.get("partitions", {}).items():
         params = {k: v for k, v in entry.items() if k not in COMMON_KEYS}
-        validate = getattr(PARTITIONERS[entry["kind"]], "validate_spec", None)
+        validate = PARTITIONERS.extra(entry["kind"], "validate_spec")
         if validate is not None and name in used:
             try:
                 counts[name] = validate(params)
@@ -268,27 +253,15 @@ def _check_partition_specs(config: dict) -> dict[str, int]:
     return counts
 
 
-def _check_rounds_and_models(config: dict, experiment: str, spec: dict, client_counts: dict[str, int]) -> None:
-    """Cross-entry limits: an algorithm's ``first_stage_rounds`` (FedMR's aggregation stage) within
-    the experiment's rounds; its ``models`` (FedMR's m intermediate models) at most the number of
-    clients of every partition it runs on."""
-    rounds = {**TRAINING_DEFAULTS, **spec.get("training", {})}["rounds"]
+def _check_plans(config: dict, experiment: str, spec: dict, algorithms: dict, client_counts: dict[str, int]) -> None:
+    """Every algorithm of every grid block accepts its place in the plan (its ``check_plan`` hook:
+    the experiment's training, the client count of each of the block's partitions where known)."""
     for i, block in enumerate(spec.get("grid", [])):
-        for algorithm in block["algorithms"]:
-            entry = config.get("algorithms", {}).get(algorithm, {})
-            stage = entry.get("first_stage_rounds")
-            if isinstance(stage, int) and stage > rounds:
-                raise ConfigError(
-                    f"experiments.{experiment}.grid[{i}]: algorithms.{algorithm}.first_stage_rounds = {stage} "
-                    f"exceeds the experiment's rounds ({rounds})"
-                )
-            m = entry.get("models")
-            for partition in block["partitions"]:
-                if isinstance(m, int) and partition in client_counts and m > client_counts[partition]:
-                    raise ConfigError(
-                        f"experiments.{experiment}.grid[{i}]: algorithms.{algorithm}.models = {m} intermediate models "
-                        f"exceed the {client_counts[partition]} clients of partitions.{partition}"
-                    )
+        clients = {p: client_counts[p] for p in block["partitions"] if p in client_counts}
+        for name in block["algorithms"]:
+            problem = algorithms[name].check_plan(_plan(config, spec, name, clients))
+            if problem:
+                raise ConfigError(f"experiments.{experiment}.grid[{i}]: {problem}")
 
 
 def _check_model_inputs(config: dict, experiment: str, spec: dict) -> None:
@@ -347,22 +320,26 @@ def _check_memory_budgets(config: dict) -> None:
                     raise ConfigError(f"experiments.{experiment}.grid[{i}] ({dataset}/{partition}/{model}): {error}") from None
 
 
-def _check_encoder_names(config: dict) -> None:
-    """FLT encoders: an algorithm's ``encoder`` names a declared ``encoders`` entry, and an
-    encoder's ``dataset`` a declared dataset."""
-    encoders = config.get("encoders", {})
-    for name, entry in config.get("algorithms", {}).items():
-        if "encoder" in entry and entry["encoder"] not in encoders:
-            raise ConfigError(
-                f"algorithms.{name}.encoder: {entry['encoder']!r} is not declared under 'encoders'; "
-                f"declared: {', '.join(sorted(encoders)) or '(none)'}"
-            )
+def _check_encoder_datasets(config: dict) -> None:
+    """Every ``encoders`` entry's ``dataset`` is a declared dataset."""
     datasets = config.get("datasets", {})
-    for name, entry in encoders.items():
+    for name, entry in config.get("encoders", {}).items():
         if entry.get("dataset") not in datasets:
             raise ConfigError(
                 f"encoders.{name}.dataset: {entry.get('dataset')!r} is not declared under 'datasets'; "
                 f"declared: {', '.join(sorted(datasets)) or '(none)'}"
+            )
+
+
+def _check_references(config: dict, where: str, refers: dict[str, str], params: dict) -> None:
+    """A parameter that names an entry of another section (its builder's registered ``refers``,
+    parameter -> section) names a declared one."""
+    for key, section in refers.items():
+        declared = config.get(section, {})
+        if key in params and params[key] not in declared:
+            raise ConfigError(
+                f"{where}.{key}: {params[key]!r} is not declared under '{section}'; "
+                f"declared: {', '.join(sorted(declared)) or '(none)'}"
             )
 
 

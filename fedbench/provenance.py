@@ -130,7 +130,7 @@ def combined_hash(files: dict[str, str]) -> str:
 
 def cell_roots(spec: dict) -> list[str]:
     """Entry modules of one cell (``spec`` as :func:`fedbench.config.resolve_cell` gives it)."""
-    from fedbench.algorithms import ALGORITHMS
+    from fedbench.algorithm_registry import ALGORITHMS
     from fedbench.data import DATASETS
     from fedbench.models import MODELS
 

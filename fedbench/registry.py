@@ -6,10 +6,15 @@ A builder's keyword-only parameters are the config keys it takes.  Their type hi
 are; ranges are declared next to the builder, either in the hint
 (``Annotated[float, Range(min=0)]``) or on ``register`` (``bounds={"mu": ">= 0", "alpha": "(0, 1]",
 "init": ("random", "clients")}``).  A parameter without a hint or bounds is taken as it is.
+
+A registry may name its ``provider``, the package whose import registers its entries: the
+first lookup imports it (plugin-style, like entry points), so a low layer can hold a registry
+whose builders live in a higher one (``fedbench.algorithm_registry.ALGORITHMS``).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 import re
@@ -198,12 +203,29 @@ class Registry(Generic[T]):
     raise :class:`UnknownNameError` naming the kind of thing and the valid choices.
     """
 
-    def __init__(self, kind: str, check: Callable[[str, T], None] | None = None):
+    def __init__(self, kind: str, check: Callable[[str, T], None] | None = None, provider: str | None = None):
         self.kind = kind
         self._check = check  # run on every builder at registration (e.g. the algorithm interface)
+        self._provider = provider  # imported on the first lookup: its modules register the builders
         self._entries: dict[str, T] = {}
         self._bounds: dict[str, dict[str, list[Range | tuple]]] = {}
         self._extras: dict[str, dict[str, Any]] = {}
+
+    def add_check(self, check: Callable[[str, T], None]) -> None:
+        """Run ``check`` on every builder registered from now on (and on those already registered)."""
+        for name, builder in self._entries.items():
+            check(name, builder)
+        self._check = check
+
+    def _load(self) -> None:
+        """Import the provider package once, before the first lookup."""
+        provider, self._provider = self._provider, None
+        if provider is not None:
+            try:
+                importlib.import_module(provider)
+            except BaseException:
+                self._provider = provider
+                raise
 
     def register(self, name: str, bounds: dict[str, Bound] | None = None, **extras) -> Callable[[T], T]:
         """Add ``builder`` under ``name``; ``bounds`` maps parameters to their allowed range
@@ -227,6 +249,7 @@ class Registry(Generic[T]):
         return add
 
     def __getitem__(self, name: str) -> T:
+        self._load()
         try:
             return self._entries[name]
         except KeyError:
@@ -235,9 +258,11 @@ class Registry(Generic[T]):
             ) from None
 
     def __contains__(self, name: str) -> bool:
+        self._load()
         return name in self._entries
 
     def names(self) -> list[str]:
+        self._load()
         return sorted(self._entries)
 
     def parameters(self, name: str) -> dict[str, object]:

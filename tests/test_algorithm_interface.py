@@ -78,3 +78,32 @@ def test_a_builder_of_something_else_or_an_incomplete_algorithm_is_refused():
 
     with pytest.raises(TypeError, match="does not implement round, client_models, global_model"):
         check_algorithm_builder("incomplete", incomplete)
+
+
+def test_plan_hook_and_ignored_settings_default_to_no_problem():
+    from fedbench.algorithm_registry import PlanContext
+
+    plan = PlanContext(name="x", entry={}, training={"rounds": 3}, training_set={"momentum": 0.5}, clients={"p": 2})
+    assert _Minimal().check_plan(plan) is None and _Minimal().ignored_settings(plan) == {}
+
+
+def test_ignored_settings_leave_out_what_the_entry_replaces_or_sets_harmlessly():
+    from fedbench.algorithm_registry import PlanContext
+
+    pfedme = ALGORITHMS["pfedme"]()
+    given = {"local_epochs": 2, "momentum": 0.0}
+    plan = PlanContext(name="p", entry={}, training={}, training_set=given)
+    assert list(pfedme.ignored_settings(plan)) == ["local_epochs"]  # momentum 0 is what it does anyway
+    plan = PlanContext(name="p", entry={"local_steps": 5}, training={}, training_set={**given, "momentum": 0.9})
+    assert list(pfedme.ignored_settings(plan)) == ["momentum"]  # local_steps replaces local_epochs knowingly
+
+
+def test_fedmr_checks_its_place_in_the_plan():
+    from fedbench.algorithm_registry import PlanContext
+
+    fedmr = ALGORITHMS["fedmr"](first_stage_rounds=2, models=4)
+    assert fedmr.check_plan(PlanContext(name="m", entry={}, training={"rounds": 2}, clients={"a": 4})) is None
+    assert "first_stage_rounds = 2 exceeds the experiment's rounds (1)" in fedmr.check_plan(
+        PlanContext(name="m", entry={}, training={"rounds": 1}))
+    assert fedmr.check_plan(PlanContext(name="m", entry={}, training={"rounds": 2}, clients={"a": 4, "b": 3})) == (
+        "algorithms.m.models = 4 intermediate models exceed the 3 clients of partitions.b")

@@ -213,8 +213,12 @@ def tiny_with_encoder() -> dict:
 def test_config_check_rejects_undeclared_encoder_and_dataset():
     config = tiny_with_encoder()
     check_config(config)
-    config["algorithms"]["fedavg"]["encoder"] = "nope"
-    with pytest.raises(ConfigError, match=r"algorithms\.fedavg\.encoder: 'nope' is not declared under 'encoders'; declared: enc"):
+    config["algorithms"]["flt"] = {"method": "flt", "encoder": "nope"}  # FLT registers encoder -> encoders (refers)
+    with pytest.raises(ConfigError, match=r"algorithms\.flt\.encoder: 'nope' is not declared under 'encoders'; declared: enc"):
+        check_config(config)
+    config["algorithms"]["flt"]["encoder"] = "enc"
+    config["algorithms"]["fedavg"]["encoder"] = "enc"  # a method without that parameter
+    with pytest.raises(ConfigError, match=r"algorithm 'fedavg' has no parameter 'encoder'"):
         check_config(config)
     config = tiny_with_encoder()
     config["encoders"]["enc"]["dataset"] = "fmnist"

@@ -15,12 +15,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedbench.algorithm_registry import ALGORITHMS, PlanContext
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
-from fedbench.registry import Registry
 
 # what of BatchNorm stays with each client at aggregation (``training.bn_aggregation``)
 BN_AGGREGATION = {
@@ -171,12 +171,33 @@ class Algorithm:
     does not override them (:data:`HOOKS`; a subclass's public method whose name is close to a
     hook's but not one is refused at registration, so a misspelt hook cannot switch its feature
     off silently).  Capabilities are class attributes: ``ignored_training`` (training settings
-    the algorithm never reads -> why; setting one is a config error) and ``keeps_local_bn``
-    (honours ``training.bn_aggregation``).
+    the algorithm never reads -> why; setting one is a config error, except one the entry
+    replaces by its own parameter, ``replaced_training``, or sets to the value the algorithm uses
+    anyway, ``harmless_training``) and ``keeps_local_bn`` (honours ``training.bn_aggregation``).
+    Its own cross-entry rules (the plan hook :meth:`check_plan`) are checked when the config is.
     """
 
     ignored_training: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    replaced_training: ClassVar[Mapping[str, str]] = MappingProxyType({})  # ignored setting -> entry parameter
+    harmless_training: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # ignored setting -> value used anyway
     keeps_local_bn: ClassVar[bool] = False
+
+    def check_plan(self, plan: PlanContext) -> str | None:
+        """Plan hook: what makes this entry wrong in ``plan`` (its experiment's training, its
+        block's partitions), one line starting with ``algorithms.<name>...``; None: nothing."""
+        return None
+
+    def ignored_settings(self, plan: PlanContext) -> dict[str, str]:
+        """The training settings ``plan``'s experiment sets that this algorithm never reads -> why
+        (each a config error): ``ignored_training`` less those the entry replaces or sets harmlessly."""
+        ignored = self.ignored_training
+        return {
+            key: ignored[key]
+            for key, value in plan.training_set.items()
+            if key in ignored
+            and self.replaced_training.get(key) not in plan.entry
+            and not (key in self.harmless_training and value == self.harmless_training[key])
+        }
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         raise NotImplementedError
@@ -223,6 +244,8 @@ class Algorithm:
 
 REQUIRED = ("init", "round", "client_models", "global_model")
 HOOKS = ("scoring_model", "clusters", "adjacency", "diagnostics", "level_clusters", "summary", "artifacts")
+PLAN_HOOKS = ("check_plan",)  # called by the config's checks with a PlanContext, not during a run
+CAPABILITIES = ("ignored_training", "replaced_training", "harmless_training", "keeps_local_bn", "ignored_settings")
 
 
 def check_algorithm_builder(name: str, builder) -> None:
@@ -235,7 +258,7 @@ def check_algorithm_builder(name: str, builder) -> None:
     missing = [m for m in REQUIRED if getattr(cls, m) is getattr(Algorithm, m)]
     if missing:
         raise TypeError(f"algorithm {name!r} ({cls.__name__}) does not implement {', '.join(missing)}")
-    declared = set(REQUIRED) | set(HOOKS) | {"ignored_training", "keeps_local_bn"}
+    declared = set(REQUIRED) | set(HOOKS) | set(PLAN_HOOKS) | set(CAPABILITIES)
     for attribute, value in vars(cls).items():
         if attribute.startswith("_") or attribute in declared or not callable(value) and not isinstance(value, property):
             continue
@@ -243,8 +266,8 @@ def check_algorithm_builder(name: str, builder) -> None:
         if near:
             raise TypeError(
                 f"algorithm {name!r} ({cls.__name__}) defines {attribute!r}, which is not a hook; "
-                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS)}"
+                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS + PLAN_HOOKS)}"
             )
 
 
-ALGORITHMS: Registry = Registry("algorithm", check=check_algorithm_builder)
+ALGORITHMS.add_check(check_algorithm_builder)  # the registry itself lives below the algorithms

@@ -31,6 +31,8 @@ class FedAvg(Algorithm):
     local_steps: int | None = None
 
     keeps_local_bn = True  # honours training.bn_aggregation
+    replaced_training = {"local_epochs": "local_steps"}  # an entry setting local_steps counts its work in steps knowingly
+    harmless_training = {"momentum": 0.0}  # plain steps: momentum 0 is what it does anyway
 
     @property
     def ignored_training(self) -> dict[str, str]:

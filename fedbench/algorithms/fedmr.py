@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, PlanContext
 from fedbench.algorithms.recombination import recombination_units, recombine, segment_of_units
 from fedbench.engine.weights import Weights, broadcast, shared, weighted_average
 
@@ -82,6 +82,18 @@ class FedMR(Algorithm):
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
         return shared(state["global"], fed.num_clients)
+
+    def check_plan(self, plan: PlanContext) -> str | None:
+        """The aggregation stage within the experiment's rounds; at most as many intermediate
+        models as every partition of the block has clients."""
+        rounds = plan.training["rounds"]
+        if self.first_stage_rounds > rounds:
+            return f"algorithms.{plan.name}.first_stage_rounds = {self.first_stage_rounds} exceeds the experiment's rounds ({rounds})"
+        for partition, clients in plan.clients.items():
+            if self.models is not None and self.models > clients:
+                return (f"algorithms.{plan.name}.models = {self.models} intermediate models exceed the {clients} "
+                        f"clients of partitions.{partition}")
+        return None
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return state["global"]

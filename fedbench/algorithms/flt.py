@@ -164,7 +164,7 @@ class FLT(Algorithm):
 @ALGORITHMS.register("flt", bounds={
         "finetune_epochs": ">= 0", "k": ">= 1", "gamma": "> 0", "distance": ("min", "matching"), "clusters": [">= 1", ("auto",)],
         "aggregation": ("simultaneous", "in_place"), "umap_neighbors": ">= 2", "umap_min_dist": ">= 0",
-    })
+    }, refers={"encoder": "encoders"})  # refers: parameter -> the config section whose entry it names
 def flt(
     *,
     encoder: str,

@@ -43,6 +43,8 @@ class PerFedAvg(Algorithm):
         "local_epochs": "Per-FedAvg runs local_steps rounds of two minibatch gradient steps, not epochs",
         "momentum": "Per-FedAvg's inner and meta steps are plain gradient steps, without momentum",
     }
+    replaced_training = {"local_epochs": "local_steps"}  # an entry setting local_steps counts its work in steps knowingly
+    harmless_training = {"momentum": 0.0}  # plain steps: momentum 0 is what it does anyway
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial}

@@ -57,6 +57,8 @@ class PFedMe(Algorithm):
         "local_epochs": "pFedMe runs local_steps x inner_steps minibatch steps, not epochs",
         "momentum": "pFedMe's personal and Moreau-envelope steps are plain gradient steps, without momentum",
     }
+    replaced_training = {"local_epochs": "local_steps"}  # an entry setting local_steps counts its work in steps knowingly
+    harmless_training = {"momentum": 0.0}  # plain steps: momentum 0 is what it does anyway
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "personal": broadcast(initial, fed.num_clients)}

@@ -186,6 +186,7 @@ class PFedMT(Algorithm):
         "local_epochs": "pFedMT runs team_iterations x local_iterations minibatch steps, not epochs",
         "momentum": "pFedMT's steps are plain gradient steps, without momentum",
     }
+    harmless_training = {"momentum": 0.0}  # plain steps: momentum 0 is what it does anyway
 
     def __post_init__(self):
         if self.global_step not in GLOBAL_STEPS:

@@ -285,10 +285,21 @@ def multilevel_tree(structure: list[int], num_clients: int, min_clients: int, cl
     return levels
 
 
+def _multilevel_feasible(params: dict, facts) -> str | None:
+    """Planning-time check (``feasible=`` of the registration): the levels' classes fit the dataset's."""
+    try:
+        needed = multilevel_classes_needed(params, facts.num_classes)
+    except ValueError as error:
+        return str(error)
+    if needed > facts.num_classes:
+        return f"structure {params.get('structure')} needs {needed} classes, the dataset has {facts.num_classes}"
+    return None
+
+
 @PARTITIONERS.register("femam_multilevel", bounds={
     "structure": ">= 1", "classes_per_cluster": ">= 1", "num_clients": ">= 1", "min_clients": ">= 1",
     "cluster_sizes": CLUSTER_SIZES, "concentration": "> 0", "val_ratio": VAL_RATIO, "test_ratio": "(0, 1)",
-})
+}, feasible=_multilevel_feasible)
 def partition_femam_multilevel(
     dataset: ArrayDataset,
     pool: np.ndarray,
@@ -332,18 +343,6 @@ def partition_femam_multilevel(
 
 
 # --- config-time checks (before any job) ----------------------------------------------------------
-
-# classes of a dataset entry known without loading it (source -> count; CIFAR-100 by its labels)
-_SOURCE_CLASSES = {"mnist": 10, "fashion_mnist": 10, "cifar10": 10, "digits": 10, "tiny_imagenet": 200}
-
-
-def source_classes(entry: dict) -> int | None:
-    """Number of classes of a ``datasets`` entry, or None where it is only known after loading."""
-    if "classes" in entry:
-        return len(entry["classes"])
-    if entry.get("source") == "cifar100":
-        return 20 if entry.get("labels") == "coarse" else 100
-    return _SOURCE_CLASSES.get(entry.get("source"))
 
 
 def multilevel_classes_needed(entry: dict, num_classes: int) -> int:

@@ -66,17 +66,14 @@ def read_index_file(path: str | Path, key: str = "train_data", pool_size: int | 
     return out
 
 
-@PARTITIONERS.register("index_file")
-def partition_index_file(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, path: str,
-                         key: str = "train_data") -> ClientSamples:
-    """The clients of the JSON index file ``path`` (``key``: the mapping client -> indices into the pool)."""
-    clients = read_index_file(path, key, pool_size=len(pool))
-    return ClientSamples([np.sort(pool[indices]) for indices in clients])
-
-
 def validate_spec(params: dict) -> int:
     """Config-time check of an ``index_file`` entry (everything but the pool's size); returns the number of clients."""
     return len(read_index_file(params["path"], params.get("key", "train_data")))
 
 
-partition_index_file.validate_spec = validate_spec
+@PARTITIONERS.register("index_file", validate_spec=validate_spec)
+def partition_index_file(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, path: str,
+                         key: str = "train_data") -> ClientSamples:
+    """The clients of the JSON index file ``path`` (``key``: the mapping client -> indices into the pool)."""
+    clients = read_index_file(path, key, pool_size=len(pool))
+    return ClientSamples([np.sort(pool[indices]) for indices in clients])

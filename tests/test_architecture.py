@@ -1,0 +1,166 @@
+"""The library's layers only point down: the import graph of ``fedbench/`` (every ``import`` and
+``from ... import`` anywhere in a module, inside functions too, read with ``ast``) has no cycle
+and no import from a lower layer into a higher one.  The layer map is written here, once."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fedbench"
+
+# module prefix -> layer (a module belongs to its longest listed prefix; ``fedbench`` is the root
+# package's __init__ only).  A module may import its own layer and the ones below, never above.
+LAYERS = {
+    # 0 core: registries and what config validation tells an algorithm, config-file reading, thread pools
+    "fedbench": 0,
+    "fedbench.registry": 0,
+    "fedbench.algorithm_registry": 0,
+    "fedbench.validation": 0,
+    "fedbench.threads": 0,
+    # 1 the registered parts of a cell: data sources and partitions, models (+ their workload), protocols
+    "fedbench.data": 1,
+    "fedbench.models": 1,
+    "fedbench.workload": 1,
+    "fedbench.protocols": 1,
+    # 2 the training engine, a job's memory, checkpoints
+    "fedbench.engine": 2,
+    "fedbench.job_memory": 2,
+    "fedbench.checkpoint": 2,
+    # 3 the experiment config, provenance and cost: registries only, never an algorithm module
+    "fedbench.config": 3,
+    "fedbench.provenance": 3,
+    "fedbench.cost": 3,
+    # 4 the algorithms (FLT's encoders with them) and their clustering
+    "fedbench.algorithms": 4,
+    "fedbench.clustering": 4,
+    # 5 one cell's run
+    "fedbench.pipeline": 5,
+    # 6 tables, figures, scorecards and claims of finished runs (the gamma sweep reruns cells)
+    "fedbench.results": 6,
+    # 7 workflow level: the full config validation, the stale-results CLI, the cost report
+    "fedbench.plan": 7,
+    "fedbench.stale": 7,
+    "fedbench.cost_report": 7,
+}
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted name -> source file of every module of the package (a package by its ``__init__``)."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """fedbench modules ``name`` imports: ``from X import y`` counts as X.y where that is a module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target not in modules and "." in target:
+                target = target.rpartition(".")[0]
+            if target in modules and target != name:
+                found.add(target)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: imports(name, path, modules) for name, path in modules.items()}
+
+
+def layer(module: str) -> int | None:
+    if module == "fedbench":
+        return LAYERS["fedbench"]
+    prefixes = [p for p in LAYERS if p != "fedbench" and (module == p or module.startswith(p + "."))]
+    return LAYERS[max(prefixes, key=len)] if prefixes else None
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in graph() if layer(m) is None)
+    assert not unplaced, f"modules without a layer (add their prefix to LAYERS): {unplaced}"
+
+
+def test_the_import_graph_has_no_cycle():
+    found = cycles(graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_import_points_up_a_layer():
+    upward = [
+        f"{source} (layer {layer(source)}) imports {target} (layer {layer(target)})"
+        for source, targets in sorted(graph().items())
+        for target in sorted(targets)
+        if layer(source) is not None and layer(target) is not None and layer(target) > layer(source)
+    ]
+    assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(upward)
+
+
+def test_the_checks_see_through_functions_and_relative_imports(tmp_path):
+    """An import inside a function counts; ``from . import x`` resolves to its package's module."""
+    source = tmp_path / "mod.py"
+    source.write_text("def f():\n    from fedbench.pipeline import run_cell\n\nfrom . import threads\n")
+    modules = module_files()
+    assert imports("fedbench.mod", source, modules) == {"fedbench.pipeline", "fedbench.threads"}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert layer("fedbench.cost_report") == 7 and layer("fedbench.cost") == 3 and layer("fedbench.data.vision") == 1
+
+
+def test_config_loads_the_algorithms_only_when_it_looks_one_up():
+    """The algorithm registry lives below the algorithms and imports their package on its first
+    lookup (plugin-style), so validating a config needs no static import of an algorithm module."""
+    script = (
+        "import sys; import fedbench.config, fedbench.provenance\n"
+        "assert 'fedbench.algorithms' not in sys.modules, 'imported too early'\n"
+        "from fedbench.algorithm_registry import ALGORITHMS\n"
+        "assert 'fedavg' in ALGORITHMS and 'fedbench.algorithms.fedavg' in sys.modules\n"
+        "from fedbench.algorithms import ALGORITHMS as same\n"
+        "assert same is ALGORITHMS\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)

@@ -1,7 +1,11 @@
 """What a partition is, and how a config entry becomes one.
 
 A partitioner is a pure function ``(dataset, pool, rng, **params)`` registered in
-:data:`PARTITIONERS`.  ``pool`` holds the sample indices it may hand out.  It returns either
+:data:`PARTITIONERS`, optionally with planning-time checks as registered facts:
+``feasible=(params, facts) -> problem or None`` (against the source's
+:class:`~fedbench.data.sources.DatasetFacts`) and ``validate_spec=(params) -> client count``
+(an entry checked on its own, e.g. an index file).
+``pool`` holds the sample indices it may hand out.  It returns either
 
 * :class:`ClientSamples` — each client's samples (and ground-truth groups); every client's
   samples are then split at random into its own train / validation / test parts by

@@ -31,34 +31,44 @@ wildcard_constraints:
     paper="|".join(PAPERS),
 
 
-include: "workflow/rules/partitions.smk"
-include: "workflow/rules/encoders.smk"
-include: "workflow/rules/train.smk"
-include: "workflow/rules/aggregate.smk"
-include: "workflow/rules/gamma_sweep.smk"
-include: "workflow/rules/claims.smk"
+# The stages, in order (one file each under workflow/rules/).
+include: "workflow/rules/partitions.smk"  # 1: datasets -> client partitions (+ heatmaps)
+include: "workflow/rules/encoders.smk"  # 1b: FLT's pretrained encoders
+include: "workflow/rules/train.smk"  # 2: one training run per cell
+include: "workflow/rules/tables.smk"  # 3a: results table, per paper
+include: "workflow/rules/scorecard.smk"  # 3b: published vs reproduced, coverage
+include: "workflow/rules/figures.smk"  # 3c: accuracy curves, clustering and FeMAM structure figures
+include: "workflow/rules/gamma_sweep.smk"  # 3d: FLT's gamma sweep
+include: "workflow/rules/claims.smk"  # 3e: the papers' claims, per paper
+# The report: `snakemake --report` (landing page workflow/report/workflow.rst, a caption per output).
 
 
+# The targets a user types (`snakemake <target>`):
+
+# Every partition of the config and its heatmap.
 rule partitions:
     input:
         npz=all_partitions("npz"),
         heatmaps=all_partitions("png"),
 
 
+# Every pretrained encoder and its loss curve.
 rule encoders:
     input:
         pt=all_encoders(".pt"),
         curves=all_encoders("_loss.png"),
 
 
+# Every cell's training run.
 rule train:
     input:
         metrics=all_runs("metrics.json"),
 
 
-# The runs are inputs of `tables` itself: Snakemake does not rebuild a deleted intermediate file
-# (a cell's metrics.json) when the table made from it is still newer than the files that remain,
-# so without them `tables` would serve a table of runs that are no longer on disk.
+# Tables, scorecard, figures and claims, with the runs they are made from.  The runs are inputs of
+# `tables` itself: Snakemake does not rebuild a deleted intermediate file (a cell's metrics.json)
+# when the table made from it is still newer than the files that remain, so without them `tables`
+# would serve a table of runs that are no longer on disk.
 rule tables:
     input:
         runs=all_runs("metrics.json"),
@@ -75,6 +85,7 @@ rule tables:
         claims=claims_files(),
 
 
+# Everything above (the default target).
 rule all:
     default_target: True
     input:

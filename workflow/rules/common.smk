@@ -103,17 +103,41 @@ def curve_figures():
     return [f"{RESULTS}/figures/curves_{experiment}.png" for experiment in sorted({cell.experiment for cell in CELLS})]
 
 
+# The clustering figures (figures.smk, clustering_figure), by the kind drawn; for each, the file
+# name's suffix (that rule's ``figure`` wildcard), the report subcategory, the methods that have one.
+CLUSTERING_FIGURES = {
+    "adjacency": {"suffix": "", "subcategory": "Client relatedness", "methods": ("flt", "pca_km_hc")},
+    "umap": {"suffix": "_umap", "subcategory": "Client relatedness", "methods": ("flt",)},
+    "assignments": {"suffix": "_assignments", "subcategory": "Cluster assignments", "methods": ("fesem", "ifca")},
+}
+
+
 def clustering_figures(kind):
     """Adjacency (``kind="adjacency"``, FLT and PCA+kM+HC), UMAP (``"umap"``, FLT) or cluster-assignment
     (``"assignments"``, FeSEM and IFCA) figures of the first seed's runs of those algorithms."""
-    methods = {"adjacency": ("flt", "pca_km_hc"), "umap": ("flt",), "assignments": ("fesem", "ifca")}[kind]
-    suffix = "" if kind == "adjacency" else f"_{kind}"
+    methods = CLUSTERING_FIGURES[kind]["methods"]
+    suffix = CLUSTERING_FIGURES[kind]["suffix"]
     first_seed = min(int(s) for s in config["seeds"])
     return [
         f"{RESULTS}/figures/relatedness/{c.experiment}/{c.dataset}_{c.partition}_{c.model}_{c.algorithm}_seed{c.seed}{suffix}.png"
         for c in CELLS
         if c.seed == first_seed and config["algorithms"][c.algorithm]["method"] in methods
     ]
+
+
+def clustering_figure_choices():
+    """Regex matching exactly the clustering figures' file-name suffixes (the ``figure`` wildcard; one is empty)."""
+    return "|".join(re.escape(figure["suffix"]) for figure in CLUSTERING_FIGURES.values())
+
+
+def clustering_kind(wildcards):
+    """The kind a clustering figure draws (``adjacency``, ``umap``, ``assignments``), from its ``figure`` wildcard."""
+    return next(kind for kind, figure in CLUSTERING_FIGURES.items() if figure["suffix"] == wildcards.figure)
+
+
+def clustering_subcategory(wildcards):
+    """Report subcategory of a clustering figure: client relatedness (graph, UMAP) or cluster assignments."""
+    return CLUSTERING_FIGURES[clustering_kind(wildcards)]["subcategory"]
 
 
 def femam_figures():

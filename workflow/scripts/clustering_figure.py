@@ -1,5 +1,6 @@
-"""Rules ``relatedness_figure``, ``umap_figure``, ``assignments_figure``: one figure of a clustering
-run's artifacts (``params.kind``), with the partition's ground-truth clusters."""
+"""Rule ``clustering_figure``: one figure of a clustering run's artifacts (``params.kind``: the
+relatedness graph, the UMAP signatures or the cluster assignments), with the partition's
+ground-truth clusters."""
 
 import json
 from pathlib import Path

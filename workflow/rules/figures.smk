@@ -1,0 +1,87 @@
+# Stage 3c: the figures of the runs: accuracy curves per experiment, then the structure the
+# clustered methods found (first seed): FLT's relatedness graph and UMAP signatures, FeSEM's and
+# IFCA's cluster assignments (one rule, the kind in the file name), FeMAM's levels.
+
+
+rule accuracy_curves:
+    input:
+        metrics=lambda w: all_runs("metrics.json", w.experiment),
+        histories=lambda w: all_runs("history.csv", w.experiment),
+        code=results_sources(),
+    output:
+        png=report(
+            f"{RESULTS}/figures/curves_{{experiment}}.png",
+            caption="../report/accuracy_curves.rst",
+            category=experiment_category,
+            subcategory="Accuracy curves",
+            labels={"experiment": "{experiment}", "figure": "accuracy vs round"},
+        ),
+    log:
+        f"{RESULTS}/logs/figures/curves_{{experiment}}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/accuracy_curves.py"
+
+
+rule clustering_figure:
+    input:
+        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
+        code=results_sources(),
+    output:
+        # {figure}: "" (the relatedness graph), "_umap" (the signatures) or "_assignments" (CLUSTERING_FIGURES)
+        png=report(
+            f"{RESULTS}/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}{{figure}}.png",
+            caption="../report/clustering_figure.rst",
+            category=experiment_category,
+            subcategory=clustering_subcategory,
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
+        ),
+    wildcard_constraints:
+        figure=clustering_figure_choices(),
+    params:
+        kind=clustering_kind,  # adjacency, umap or assignments
+    log:
+        f"{RESULTS}/logs/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}{{figure}}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/clustering_figure.py"
+
+
+rule femam_structure_figure:
+    input:
+        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
+        code=results_sources(),
+    output:
+        structure=report(
+            f"{RESULTS}/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_structure.png",
+            caption="../report/femam_structure.rst",
+            category=experiment_category,
+            subcategory="FeMAM structure",
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels x clients"},
+        ),
+        levels=report(
+            f"{RESULTS}/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_levels.png",
+            caption="../report/femam_levels.rst",
+            category=experiment_category,
+            subcategory="FeMAM structure",
+            labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels vs rounds"},
+        ),
+    log:
+        "logs/figures/femam/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/femam_figures.py"

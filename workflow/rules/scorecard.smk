@@ -1,0 +1,70 @@
+# Stage 3b: the runs -> the paper-vs-reproduction scorecard and the coverage per paper and table
+# (experiments that link to published numbers), then each paper's own rows of the scorecard.
+
+
+rule scorecard:
+    input:
+        metrics=all_runs("metrics.json"),
+        histories=all_runs("history.csv"),
+        published=PUBLISHED_CSV,
+        code=results_sources(),
+    output:
+        # every linked experiment's rows; the report shows each paper's own (rule paper_scorecard)
+        csv=f"{RESULTS}/tables/scorecard.csv",
+        md=f"{RESULTS}/tables/scorecard.md",
+        # coverage per paper and table; coverage.rst opens the report's landing page (workflow.rst)
+        coverage_csv=report(
+            f"{RESULTS}/tables/coverage.csv",
+            caption="../report/coverage.rst",
+            category="Reproduction status",
+            labels={"table": "coverage", "format": "CSV"},
+        ),
+        coverage_md=report(
+            f"{RESULTS}/tables/coverage.md",
+            caption="../report/coverage.rst",
+            category="Reproduction status",
+            labels={"table": "coverage", "format": "Markdown"},
+        ),
+        coverage_rst=f"{RESULTS}/tables/coverage.rst",
+    log:
+        f"{RESULTS}/logs/tables/scorecard.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/scorecard.py"
+
+
+rule paper_scorecard:
+    input:
+        csv=f"{RESULTS}/tables/scorecard.csv",
+        code=results_sources(),
+    output:
+        csv=report(
+            f"{RESULTS}/tables/{{paper}}/scorecard.csv",
+            caption="../report/scorecard.rst",
+            category=lambda w: category(w.paper),
+            subcategory="Tables",
+            labels={"table": "scorecard", "format": "CSV"},
+        ),
+        md=report(
+            f"{RESULTS}/tables/{{paper}}/scorecard.md",
+            caption="../report/scorecard.rst",
+            category=lambda w: category(w.paper),
+            subcategory="Tables",
+            labels={"table": "scorecard", "format": "Markdown"},
+        ),
+    params:
+        experiments=lambda w: paper_experiments(config, w.paper),
+        guide=lambda w: GUIDES[w.paper],  # the caption's "look for"
+    log:
+        f"{RESULTS}/logs/tables/{{paper}}_scorecard.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/paper_tables.py"

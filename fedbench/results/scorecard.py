@@ -28,10 +28,11 @@ reader sees one verdict rather than a guaranteed disagreement (:func:`one_row_pe
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import pandas as pd
 
@@ -94,93 +95,140 @@ def reported_number(history: pd.DataFrame, protocol: Protocol, link: Link, metri
     return math.nan if value is None else UNITS[metric] * value
 
 
-def _cells(experiment: dict) -> list[tuple[str, str, str, list[str]]]:
-    """(dataset, partition, model, algorithms) of each cell of the grid but the seed, in the grid's order."""
+class _Cell(NamedTuple):
+    """One cell of an experiment's grid but the seed, and the algorithm entries it trains."""
+
+    experiment: str
+    dataset: str
+    partition: str
+    model: str
+    algorithms: list[str]
+
+
+def _cells(name: str, experiment: dict) -> list[_Cell]:
+    """Each cell of experiment ``name``'s grid but the seed, in the grid's order."""
     cells: dict[tuple[str, str, str], list[str]] = {}
     for block in experiment.get("grid", []):
-        for dataset in block["datasets"]:
-            for partition in block["partitions"]:
-                for model in block["models"]:
-                    known = cells.setdefault((dataset, partition, model), [])
-                    known += [a for a in block["algorithms"] if a not in known]
-    return [(*key, algorithms) for key, algorithms in cells.items()]
+        for key in itertools.product(block["datasets"], block["partitions"], block["models"]):
+            known = cells.setdefault(key, [])
+            known += [a for a in block["algorithms"] if a not in known]
+    return [_Cell(name, *key, algorithms) for key, algorithms in cells.items()]
+
+
+class _Sources:
+    """What the card is scored from: the published numbers with each paper table's statistic and the
+    runs (each history read once)."""
+
+    def __init__(self, config: dict, run_dirs: Iterable[str | Path], published: pd.DataFrame):
+        self.runs = _runs(run_dirs)
+        self.published = published if "notes" in published else published.assign(notes="")
+        self.statistics = {key: statistic_of(group["notes"]) for key, group in self.published.groupby(["paper", "table"])}
+        self._histories: dict[Path, pd.DataFrame] = {}
+
+    def runs_of(self, cell: _Cell, algorithm: str) -> pd.DataFrame:
+        runs = self.runs
+        return runs[(runs["experiment"] == cell.experiment) & (runs["dataset"] == cell.dataset)
+                    & (runs["partition"] == cell.partition) & (runs["model"] == cell.model) & (runs["algorithm"] == algorithm)]
+
+    def history(self, path: Path) -> pd.DataFrame:
+        if path not in self._histories:
+            self._histories[path] = pd.read_csv(path)
+        return self._histories[path]
 
 
 def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFrame) -> pd.DataFrame:
-    runs = _runs(run_dirs)
-    if "notes" not in published:
-        published = published.assign(notes="")
+    """The card (module doc): one row per published number that a link of an experiment scores in
+    one of its cells, in the order of the experiments, their cells and their links."""
+    sources = _Sources(config, run_dirs, published)
     only = config.get("only_experiments")
-    histories: dict[Path, pd.DataFrame] = {}
-    statistics = {key: statistic_of(group["notes"]) for key, group in published.groupby(["paper", "table"])}
-    out = []
+    rows = []
     for name, experiment in config.get("experiments", {}).items():
-        if only is not None and name not in only:
+        if only is None or name in only:
+            rows += [row for cell in _cells(name, experiment) for row in _cell_rows(sources, experiment, cell)]
+    return one_row_per_contradiction(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def _cell_rows(sources: _Sources, experiment: dict, cell: _Cell) -> list[dict]:
+    """The rows of one cell: those of every link to an algorithm the cell trains."""
+    return [row for link in links(experiment) if link.algorithm in cell.algorithms
+            for row in _link_rows(sources, experiment, cell, link)]
+
+
+def _link_rows(sources: _Sources, experiment: dict, cell: _Cell, link: Link) -> list[dict]:
+    """The rows of one link in one cell: one per published number it scores."""
+    protocol = experiment.get("protocol", "mean_client_last")
+    return [_card_row(sources, cell, link, protocol, index, row)
+            for index, row in _scored_rows(experiment, cell, link, sources.published).iterrows()]
+
+
+def _scored_rows(experiment: dict, cell: _Cell, link: Link, published: pd.DataFrame) -> pd.DataFrame:
+    """The published rows ``link`` scores in ``cell``: the difference alone for a ``relative_to``
+    link, else every metric of its method and setting but the differences.  Exactly one of them must
+    be the link's test metric."""
+    paper = published_rows(experiment, link, published, cell.model)
+    primary = paper[(paper["metric"] == link.metric) & (paper["split"] == "test")]
+    if len(primary) != 1:
+        raise ValueError(
+            f"experiments.{cell.experiment}.published: {link.algorithm} -> {link.method!r} / {link.setting!r} "
+            f"(model {cell.model}) matches {len(primary)} published test {link.metric} rows, expected 1"
+        )
+    if link.relative_to is not None:  # a table of differences: only the difference is printed
+        return primary
+    return paper[~paper["metric"].str.endswith("_delta")]  # a difference is scored by a relative_to link only
+
+
+def _card_row(sources: _Sources, cell: _Cell, link: Link, protocol: str, index, row: pd.Series) -> dict:
+    """The published number ``row`` (row ``index`` of the published table) against the seeds' figures."""
+    values, note, diverged = _reproduced_figures(sources, cell, link, row["metric"], row["split"])
+    statistic = sources.statistics[(row["paper"], row["table"])]
+    mean = float(pd.Series(values, dtype=float).mean()) if values else math.nan
+    flag = agreement(row["value"], row["std"], statistic, row["notes"], values)
+    return {
+        "paper": row["paper"], "table": row["table"], "dataset": row["dataset"], "model": row["model"],
+        "partition": row["partition"], "method": link.method, "setting": link.setting,
+        "metric": row["metric"], "split": row["split"],
+        "published": row["value"], "published_std": row["std"], "statistic": statistic,
+        "reproduced": mean, "reproduced_spread": spread(values, statistic) if values else math.nan,
+        "difference": mean - row["value"], **flag, "seeds": len(values), "diverged": diverged,
+        "experiment": cell.experiment, "config_dataset": cell.dataset, "config_partition": cell.partition,
+        "config_model": cell.model, "algorithm": link.algorithm,
+        "scored": link.scored, "rounds": link.rounds, "relative_to": link.relative_to,
+        "protocol": protocol, "published_row": index, "also_published": "", "also_published_row": "",
+        "notes": row["notes"], "note": note,
+    }
+
+
+def _reproduced_figures(sources: _Sources, cell: _Cell, link: Link, metric: str, split: str) -> tuple[list[float], str, int]:
+    """The recorded figures of the link's seeds (for a ``relative_to`` link, the seed-by-seed
+    differences), a note on them, and how many seeds diverged."""
+    values, note, diverged = _seed_figures(sources, cell, link.algorithm, link, metric, split)
+    if link.relative_to is not None:  # a difference, seed by seed
+        base, _, _ = _seed_figures(sources, cell, link.relative_to, link, metric, split)
+        values = {seed: value - base[seed] for seed, value in values.items() if seed in base}
+        if link.relative_to == link.algorithm:
+            note = "; ".join(filter(None, [note, "the algorithm against itself: 0 by definition"]))
+    if values and all(math.isnan(v) for v in values.values()):
+        note = f"the runs do not record the {split} {metric} of the {link.scored} model"
+    return [v for v in values.values() if not math.isnan(v)], note, diverged
+
+
+def _seed_figures(sources: _Sources, cell: _Cell, algorithm: str, link: Link, metric: str, split: str
+                  ) -> tuple[dict[int, float], str, int]:
+    """Reproduced figure of every seed of ``algorithm`` in ``cell`` (NaN: not recorded), a note (runs
+    shorter than the link's T; CFL that never split), and how many seeds diverged (NaN/inf loss: no
+    figure, counted instead)."""
+    mine = sources.runs_of(cell, algorithm)
+    values, note = {}, ""
+    for _, run in mine[~mine["diverged"].astype(bool)].iterrows():
+        history = sources.history(run["history"])
+        trained = int(history["round"].max())
+        if link.rounds is not None and trained < link.rounds:
+            note = f"runs end at round {trained} < T = {link.rounds}: not comparable"
             continue
-        protocol_name = experiment.get("protocol", "mean_client_last")
-        for dataset, partition, model, algorithms in _cells(experiment):
-            for link in links(experiment):
-                if link.algorithm not in algorithms:
-                    continue
-                paper = published_rows(experiment, link, published, model)
-                primary = paper[(paper["metric"] == link.metric) & (paper["split"] == "test")]
-                if len(primary) != 1:
-                    raise ValueError(
-                        f"experiments.{name}.published: {link.algorithm} -> {link.method!r} / {link.setting!r} "
-                        f"(model {model}) matches {len(primary)} published test {link.metric} rows, expected 1"
-                    )
-                if link.relative_to is not None:  # a table of differences: only the difference is printed
-                    paper = primary
-                else:  # a difference needs the algorithm it is taken to: scored by a relative_to link only
-                    paper = paper[~paper["metric"].str.endswith("_delta")]
-
-                def seeds(algorithm: str, metric: str, split: str) -> tuple[dict[int, float], str, int]:
-                    """Reproduced figure of every seed of ``algorithm`` in this cell (NaN: not recorded), a
-                    note, and how many seeds diverged (NaN/inf loss: no figure, counted instead)."""
-                    mine = runs[(runs["experiment"] == name) & (runs["dataset"] == dataset) & (runs["partition"] == partition)
-                                & (runs["model"] == model) & (runs["algorithm"] == algorithm)]
-                    values, note = {}, ""
-                    diverged = int(mine["diverged"].sum())
-                    for _, run in mine[~mine["diverged"].astype(bool)].iterrows():
-                        if run["history"] not in histories:
-                            histories[run["history"]] = pd.read_csv(run["history"])
-                        history = histories[run["history"]]
-                        trained = int(history["round"].max())
-                        if link.rounds is not None and trained < link.rounds:
-                            note = f"runs end at round {trained} < T = {link.rounds}: not comparable"
-                            continue
-                        if "cfl_splits" in history and history["cfl_splits"].max() == 0:
-                            note = "CFL never split (= FedAvg)"
-                        values[int(run["seed"])] = reported_number(history, PROTOCOLS[run["protocol"]], link, metric, split)
-                    return values, note, diverged
-
-                for index, row in paper.iterrows():
-                    values, note, diverged = seeds(link.algorithm, row["metric"], row["split"])
-                    if link.relative_to is not None:  # a difference, seed by seed
-                        base, _, _ = seeds(link.relative_to, row["metric"], row["split"])
-                        values = {seed: value - base[seed] for seed, value in values.items() if seed in base}
-                        if link.relative_to == link.algorithm:
-                            note = "; ".join(filter(None, [note, "the algorithm against itself: 0 by definition"]))
-                    if values and all(math.isnan(v) for v in values.values()):
-                        note = f"the runs do not record the {row['split']} {row['metric']} of the {link.scored} model"
-                    values = [v for v in values.values() if not math.isnan(v)]
-                    statistic = statistics[(row["paper"], row["table"])]
-                    mean = float(pd.Series(values, dtype=float).mean()) if values else math.nan
-                    flag = agreement(row["value"], row["std"], statistic, row["notes"], values)
-                    out.append({
-                        "paper": row["paper"], "table": row["table"], "dataset": row["dataset"], "model": row["model"],
-                        "partition": row["partition"], "method": link.method, "setting": link.setting,
-                        "metric": row["metric"], "split": row["split"],
-                        "published": row["value"], "published_std": row["std"], "statistic": statistic,
-                        "reproduced": mean, "reproduced_spread": spread(values, statistic) if values else math.nan,
-                        "difference": mean - row["value"], **flag, "seeds": len(values), "diverged": diverged,
-                        "experiment": name, "config_dataset": dataset, "config_partition": partition,
-                        "config_model": model, "algorithm": link.algorithm,
-                        "scored": link.scored, "rounds": link.rounds, "relative_to": link.relative_to,
-                        "protocol": protocol_name, "published_row": index, "also_published": "", "also_published_row": "",
-                        "notes": row["notes"], "note": note,
-                    })
-    return one_row_per_contradiction(pd.DataFrame(out, columns=COLUMNS))
+        if "cfl_splits" in history and history["cfl_splits"].max() == 0:
+            note = "CFL never split (= FedAvg)"
+        values[int(run["seed"])] = reported_number(history, PROTOCOLS[run["protocol"]], link, metric, split)
+    return values, note, int(mine["diverged"].sum())
 
 
 _SAME_NUMBER = [

@@ -340,16 +340,45 @@ def test_a_run_shorter_than_the_horizon_is_skipped_and_the_next_seed_still_score
 
 
 def test_cfl_that_never_split_is_noted(tmp_path):
-    """A run whose history counts no CFL split (``cfl_splits`` 0 throughout) is FedAvg, and its row says
-    so exactly; one split (``cfl_splits`` reaching 1) and a history without the column give no note.
-    FedAvg T = 3 (global model): best global accuracy 60 % in every run."""
-    experiment = {**EXPERIMENT, "published": {**EXPERIMENT["published"], "rows": {"fedavg": EXPERIMENT["published"]["rows"]["fedavg"]}}}
+    """A CFL run whose history counts no split (``cfl_splits`` 0 throughout) is FedAvg, and its row says
+    so exactly (CFL's ``history_note``); one split (``cfl_splits`` reaching 1) and a history without the
+    column give no note, and so does the same history under another algorithm, or under an entry the
+    config does not define.  Linked to FedAvg T = 3 (global model): best global accuracy 60 % in every run."""
+    fedavg_row = EXPERIMENT["published"]["rows"]["fedavg"]
+    grid = [{**EXPERIMENT["grid"][0], "algorithms": ["cfl", "fedavg", "undefined"]}]
     base = {"round": [1, 2, 3], "acc_pooled": [0.5] * 3, "global_acc": [0.5, 0.6, 0.55]}
-    for splits, note in [([0, 0, 0], "CFL never split (= FedAvg)"), ([0, 1, 1], ""), (None, "")]:
+    cases = [("cfl", [0, 0, 0], "CFL never split (= FedAvg)"), ("cfl", [0, 1, 1], ""), ("cfl", None, ""),
+             ("fedavg", [0, 0, 0], ""), ("undefined", [0, 0, 0], "")]
+    for algorithm, splits, note in cases:
+        experiment = {**EXPERIMENT, "grid": grid, "published": {**EXPERIMENT["published"], "rows": {algorithm: fedavg_row}}}
+        config = {"experiments": {"e": experiment}, "algorithms": {"cfl": {"method": "cfl"}, "fedavg": {"method": "fedavg"}}}
         history = base if splits is None else {**base, "cfl_splits": splits}
-        run = history_run(tmp_path / str(splits), "run", "fedavg", 0, history)
-        card = scorecard({"experiments": {"e": experiment}}, [run], PUBLISHED)
-        assert card["note"].tolist() == [note] and card["reproduced"].tolist() == pytest.approx([60.0])
+        run = history_run(tmp_path / f"{algorithm}{splits}", "run", algorithm, 0, history)
+        card = scorecard(config, [run], PUBLISHED)
+        assert card["note"].tolist() == [note] and card["reproduced"].tolist() == pytest.approx([60.0]), algorithm
+
+
+def test_history_note_is_a_class_hook_checked_at_registration():
+    """The scorecard calls ``history_note`` on the algorithm's class: the base class gives no note, CFL
+    its own, and a builder whose class defines it as an instance method is refused when registered."""
+    from dataclasses import dataclass
+
+    from fedbench.algorithms.base import Algorithm, check_algorithm_builder
+    from fedbench.algorithms.cfl import CFL
+
+    never = pd.DataFrame({"round": [1, 2], "cfl_splits": [0, 0]})
+    assert Algorithm.history_note(never) == "" and CFL.history_note(never) == "CFL never split (= FedAvg)"
+
+    @dataclass(frozen=True)
+    class OnInstance(CFL):
+        def history_note(self, history):
+            return "bound to the instance"
+
+    def build() -> OnInstance:
+        return OnInstance()
+
+    with pytest.raises(TypeError, match="history_note is called on the class; make it a staticmethod or classmethod"):
+        check_algorithm_builder("on_instance", build)
 
 
 def test_the_global_models_train_accuracy_is_not_recorded_so_not_scored(tmp_path):

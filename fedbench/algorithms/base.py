@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -21,6 +22,9 @@ from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # what of BatchNorm stays with each client at aggregation (``training.bn_aggregation``)
 BN_AGGREGATION = {
@@ -241,10 +245,17 @@ class Algorithm:
         dict (``.json``) in the run directory, e.g. the FLT adjacency matrix; None: nothing."""
         return None
 
+    @staticmethod
+    def history_note(history: pd.DataFrame) -> str:
+        """Result hook, called on the class: a remark on one run's ``history.csv`` for its scorecard
+        row (CFL: it never split); "": none."""
+        return ""
+
 
 REQUIRED = ("init", "round", "client_models", "global_model")
 HOOKS = ("scoring_model", "clusters", "adjacency", "diagnostics", "level_clusters", "summary", "artifacts")
 PLAN_HOOKS = ("check_plan",)  # called by the config's checks with a PlanContext, not during a run
+RESULT_HOOKS = ("history_note",)  # static or class methods the results layer calls with a run's outputs
 CAPABILITIES = ("ignored_training", "replaced_training", "harmless_training", "keeps_local_bn", "ignored_settings")
 
 
@@ -258,7 +269,11 @@ def check_algorithm_builder(name: str, builder) -> None:
     missing = [m for m in REQUIRED if getattr(cls, m) is getattr(Algorithm, m)]
     if missing:
         raise TypeError(f"algorithm {name!r} ({cls.__name__}) does not implement {', '.join(missing)}")
-    declared = set(REQUIRED) | set(HOOKS) | set(PLAN_HOOKS) | set(CAPABILITIES)
+    on_instance = [h for h in RESULT_HOOKS if not isinstance(inspect.getattr_static(cls, h), (staticmethod, classmethod))]
+    if on_instance:
+        raise TypeError(f"algorithm {name!r} ({cls.__name__}): {', '.join(on_instance)} is called on the class; "
+                        "make it a staticmethod or classmethod")
+    declared = set(REQUIRED) | set(HOOKS) | set(PLAN_HOOKS) | set(RESULT_HOOKS) | set(CAPABILITIES)
     for attribute, value in vars(cls).items():
         if attribute.startswith("_") or attribute in declared or not callable(value) and not isinstance(value, property):
             continue
@@ -266,7 +281,7 @@ def check_algorithm_builder(name: str, builder) -> None:
         if near:
             raise TypeError(
                 f"algorithm {name!r} ({cls.__name__}) defines {attribute!r}, which is not a hook; "
-                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS + PLAN_HOOKS)}"
+                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS + PLAN_HOOKS + RESULT_HOOKS)}"
             )
 
 

@@ -202,6 +202,13 @@ class CFL(Algorithm):
                               "it trained one cluster, i.e. FedAvg")
         return out
 
+    @staticmethod
+    def history_note(history: pd.DataFrame) -> str:
+        """A run that never split (``cfl_splits`` 0 throughout) trained FedAvg: its scorecard row says so."""
+        if "cfl_splits" in history and history["cfl_splits"].max() == 0:
+            return "CFL never split (= FedAvg)"
+        return ""
+
     def artifacts(self, fed: Federation, state: dict) -> dict:
         membership = np.stack(state["membership"]) if state["membership"] else np.zeros((0, fed.num_clients), int)
         return {

@@ -14,7 +14,8 @@ algorithm on two datasets or partitions gives two rows for the published number,
 paper's statistic (:mod:`fedbench.results.agreement`: standard error or standard deviation), the
 reproduced mean and the same statistic over seeds, the difference reproduced − published, ``z``
 and the agreement flag, the published row's ``notes`` (FLAG remarks included) and a ``note`` on
-the reproduction (absent runs, runs shorter than the link's T, CFL that never split).
+the reproduction (absent runs, runs shorter than the link's T, the algorithm's remark on a run's
+history: :meth:`~fedbench.algorithms.base.Algorithm.history_note`, e.g. CFL that never split).
 
 A published difference (``accuracy_delta``, FeMAM's Table 2) is scored only as a difference: by a
 link with ``relative_to``, seed by seed; a plain link scores the other metrics of its method and
@@ -31,11 +32,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import typing
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 import pandas as pd
 
+from fedbench.algorithm_registry import ALGORITHMS
 from fedbench.data.partition_file import atomic_write
 from fedbench.protocols import PROTOCOLS, Protocol
 from fedbench.results.agreement import STD_ERROR, agreement, spread, statistic_of
@@ -116,14 +119,16 @@ def _cells(name: str, experiment: dict) -> list[_Cell]:
 
 
 class _Sources:
-    """What the card is scored from: the published numbers with each paper table's statistic and the
-    runs (each history read once)."""
+    """What the card is scored from: the published numbers with each paper table's statistic, the
+    runs (each history read once) and the config's algorithm entries (for their history notes)."""
 
     def __init__(self, config: dict, run_dirs: Iterable[str | Path], published: pd.DataFrame):
         self.runs = _runs(run_dirs)
         self.published = published if "notes" in published else published.assign(notes="")
         self.statistics = {key: statistic_of(group["notes"]) for key, group in self.published.groupby(["paper", "table"])}
+        self._entries = config.get("algorithms", {})
         self._histories: dict[Path, pd.DataFrame] = {}
+        self._notes: dict[str, Callable[[pd.DataFrame], str]] = {}
 
     def runs_of(self, cell: _Cell, algorithm: str) -> pd.DataFrame:
         runs = self.runs
@@ -134,6 +139,23 @@ class _Sources:
         if path not in self._histories:
             self._histories[path] = pd.read_csv(path)
         return self._histories[path]
+
+    def history_note(self, algorithm: str) -> Callable[[pd.DataFrame], str]:
+        """The ``history_note`` hook of the algorithm entry's class (no note for an entry the config
+        does not define)."""
+        if algorithm not in self._notes:
+            method = self._entries.get(algorithm, {}).get("method")
+            self._notes[algorithm] = _no_note if method is None else _algorithm_class(method).history_note
+        return self._notes[algorithm]
+
+
+def _no_note(history: pd.DataFrame) -> str:
+    return ""
+
+
+def _algorithm_class(method: str) -> type:
+    """The class the ``ALGORITHMS`` builder ``method`` returns (its return annotation)."""
+    return typing.get_type_hints(ALGORITHMS[method])["return"]
 
 
 def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFrame) -> pd.DataFrame:
@@ -215,8 +237,8 @@ def _reproduced_figures(sources: _Sources, cell: _Cell, link: Link, metric: str,
 def _seed_figures(sources: _Sources, cell: _Cell, algorithm: str, link: Link, metric: str, split: str
                   ) -> tuple[dict[int, float], str, int]:
     """Reproduced figure of every seed of ``algorithm`` in ``cell`` (NaN: not recorded), a note (runs
-    shorter than the link's T; CFL that never split), and how many seeds diverged (NaN/inf loss: no
-    figure, counted instead)."""
+    shorter than the link's T; the algorithm's note on a history), and how many seeds diverged
+    (NaN/inf loss: no figure, counted instead)."""
     mine = sources.runs_of(cell, algorithm)
     values, note = {}, ""
     for _, run in mine[~mine["diverged"].astype(bool)].iterrows():
@@ -225,8 +247,7 @@ def _seed_figures(sources: _Sources, cell: _Cell, algorithm: str, link: Link, me
         if link.rounds is not None and trained < link.rounds:
             note = f"runs end at round {trained} < T = {link.rounds}: not comparable"
             continue
-        if "cfl_splits" in history and history["cfl_splits"].max() == 0:
-            note = "CFL never split (= FedAvg)"
+        note = sources.history_note(algorithm)(history) or note
         values[int(run["seed"])] = reported_number(history, PROTOCOLS[run["protocol"]], link, metric, split)
     return values, note, int(mine["diverged"].sum())
 

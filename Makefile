@@ -1,6 +1,6 @@
 # make run           the default suite (config/config.yaml; CONFIG=other.yaml for another) and its HTML report
 # make test          the test suite
-# make unlock        remove the lock a killed run left behind (see README, "Troubleshooting")
+# make unlock        remove the lock a killed run left behind (docs/troubleshooting.md)
 # make cost          training jobs, CPU-hours and GPU-hours per experiment of CONFIG, before any job (fedbench/cost_report.py)
 # make bench-gpu     engine benchmark of every model family at the papers' client counts on the GPU; refreshes
 #                    config/throughputs.yaml (bench-cpu: a few clients on the CPU; BENCH_ARGS="--size tiny" to try it)
@@ -9,7 +9,7 @@
 # make mutation      mutation testing of the library's core with mutmut (docs/mutation.md: 11-60+ minutes per
 #                    group on 2 cores); GROUPS=fedmr,femam for some groups; not part of `make test`
 # make slurm-local   start a single-node SLURM cluster here (root), run a tiny config through
-#                    profiles/slurm, compare with a local run, stop the daemons (README, "SLURM")
+#                    profiles/slurm, compare with a local run, stop the daemons (docs/cluster.md, "SLURM")
 #
 # Both create .venv on first use (Python >= 3.11) and re-install fedbench only when
 # pyproject.toml changes (stamp file .venv/.installed), so later calls start at once.

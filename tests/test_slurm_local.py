@@ -1,5 +1,5 @@
 """The helpers of scripts/slurm_local.py that need no daemon: config writing, sacct parsing,
-job counting and the table comparison (the cluster itself: ``make slurm-local``, README)."""
+job counting and the table comparison (the cluster itself: ``make slurm-local``, docs/cluster.md)."""
 
 from pathlib import Path
 

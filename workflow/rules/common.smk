@@ -310,7 +310,7 @@ def encoder_settings(wildcards):
 # Partitions, encoders and training runs do NOT depend on the library's files nor on their rule
 # scripts: each records the provenance of its code and script (fedbench.provenance), finished
 # results stay when code changes, and
-# `python -m fedbench.provenance` / `make rerun-stale` list and rerun the out-of-date ones.
+# `python -m fedbench.stale` / `make rerun-stale` list and rerun the out-of-date ones.
 # Tables and figures are cheap and are remade when their code changes.
 
 

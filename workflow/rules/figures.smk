@@ -77,7 +77,7 @@ rule femam_structure_figure:
             labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels vs rounds"},
         ),
     log:
-        "logs/figures/femam/{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}.log",
+        f"{RESULTS}/logs/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}.log",
     resources:
         mem_mb=1000,
         runtime=10,

@@ -18,7 +18,7 @@ rule train_cell:
         f"{RESULTS}/benchmarks/train/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}.tsv"
     threads: 1
     resources:
-        # from the cost model (fedbench/cost.py, config/throughputs.yaml); README "Cost and resources"
+        # from the cost model (fedbench/cost.py, config/throughputs.yaml); docs/cluster.md, "Cost and resources"
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     conda:

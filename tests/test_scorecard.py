@@ -458,7 +458,7 @@ def test_markdown_of_a_hand_made_card_exactly():
         "deviation).  Reproduced: mean over seeds under the experiment's protocol, ± the same statistic",
         "(SE: sd(ddof=1)/√n over seeds; SD: np.std, ddof=0).  Accuracy and macro-F1 in %, variance across",
         "clients in %².  difference = reproduced − published; z = difference / combined standard error;",
-        "agree: |z| ≤ 2 (docs: the scorecard section of README.md).  Empty: not run here.",
+        "agree: |z| ≤ 2 (docs: docs/user-guide.md, section Scorecard).  Empty: not run here.",
         "",
         "## pz Table 9: Zeta",
         "",

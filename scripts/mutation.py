@@ -60,9 +60,9 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "base": (
         ["fedbench/algorithms/" + m for m in ("base.py", "fedavg.py", "local.py")],
         # FedAvg in minibatch steps (Federation.sgd_steps) is tested with the Moreau family; Local's
-        # train_val with FeMAM's fidelity tests
+        # train_val with FeMAM's fidelity tests; the registration check with the interface's tests
         ["tests/test_algorithms.py", "tests/test_bn_aggregation.py", "tests/test_resume.py", "tests/test_moreau_family.py",
-         "tests/test_femam_fidelity.py"],
+         "tests/test_femam_fidelity.py", "tests/test_algorithm_interface.py"],
     ),
     "engine": (
         ["fedbench/engine/" + m for m in ("vectorised.py", "wide_model.py", "fused_mlp.py", "reference.py", "weights.py",

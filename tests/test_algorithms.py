@@ -150,6 +150,9 @@ def test_local_trains_only_the_sampled_clients_each_on_its_own_data():
     for k, (w, b) in enumerate(models):
         np.testing.assert_allclose(state["clients"]["1.weight"][k].numpy(), w, atol=1e-5)
         np.testing.assert_allclose(state["clients"]["1.bias"][k].numpy(), b, atol=1e-5)
+    scored = ALGORITHMS["local"]().client_models(fed, state, 5)  # each client is scored with its own model
+    for k, (w, b) in enumerate(models):
+        np.testing.assert_allclose(scored["1.weight"][k].numpy(), w, atol=1e-5)
 
 
 def test_participation_samples_round_rho_k_distinct_clients():

@@ -159,6 +159,19 @@ def test_fedavg_in_steps_with_one_client_is_plain_sgd(problem):
         algo.round(fed, state, 2)
 
 
+@pytest.mark.parametrize("steps", [1, 3])
+def test_fedavg_in_steps_reports_the_mean_loss_of_its_steps(problem, steps):
+    """The round's training loss is the mean over the R steps of the loss at each step's start:
+    f(x_s) = 1/2 ||x_s - c||^2 with x_s - c = (1 - lr)^s (x - c)."""
+    c, x0, _, _ = problem
+    fed, initial, _ = quadratic_federation([4], c[:1], x0, lr=0.1)
+    algo = ALGORITHMS["fedavg"](local_steps=steps)
+    _, loss = algo.round(fed, algo.init(fed, initial), 1)
+    gap = 0.5 * (x0 - c[0]).pow(2).sum()
+    expected = sum(0.81**s * gap for s in range(steps)) / steps
+    torch.testing.assert_close(loss, expected.reshape(1).to(loss.dtype))
+
+
 @pytest.mark.parametrize("method", ["pfedme", "perfedavg", "fedavg"])
 def test_runs_on_real_data_are_deterministic_and_learn(method):
     """MLR on a tiny federation through the real gradient oracle: same seed, same numbers; training helps."""

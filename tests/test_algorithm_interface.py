@@ -107,3 +107,24 @@ def test_fedmr_checks_its_place_in_the_plan():
         PlanContext(name="m", entry={}, training={"rounds": 1}))
     assert fedmr.check_plan(PlanContext(name="m", entry={}, training={"rounds": 2}, clients={"a": 4, "b": 3})) == (
         "algorithms.m.models = 4 intermediate models exceed the 3 clients of partitions.b")
+
+
+@dataclass(frozen=True)
+class _MisspeltProperty(_Minimal):
+    @property
+    def artifact(self):  # meant: artifacts
+        return None
+
+
+def test_every_registered_builder_passes_the_check_and_a_misspelt_property_does_not():
+    """Registration runs when the modules are imported; called again here, the check passes every
+    registered builder (hooks, capabilities and helper methods alike) and still refuses a property
+    whose name is a near miss of a hook's."""
+    for name in ALGORITHMS.names():
+        check_algorithm_builder(name, ALGORITHMS[name])
+
+    def build() -> _MisspeltProperty:
+        return _MisspeltProperty()
+
+    with pytest.raises(TypeError, match="'artifact', which is not a hook; did you mean 'artifacts'"):
+        check_algorithm_builder("misspelt_property", build)

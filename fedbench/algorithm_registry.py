@@ -1,17 +1,28 @@
 """The algorithms as the layers below them see them: the ``ALGORITHMS`` registry, filled on its
 first lookup by importing :mod:`fedbench.algorithms` (whose modules register their builders),
-and :class:`PlanContext`, what the config's checks tell an algorithm about the plan it is in
+:func:`algorithm_class`, the class a builder returns, and :class:`PlanContext`, what the config's checks tell an algorithm about the plan it is in
 (:meth:`fedbench.algorithms.base.Algorithm.check_plan`).  Config validation and provenance
 import this module, never an algorithm's."""
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from fedbench.registry import Registry
 
 ALGORITHMS: Registry = Registry("algorithm", provider="fedbench.algorithms")
+
+
+def returned_class(builder) -> Any:
+    """What ``builder`` is annotated to return (None without an annotation)."""
+    return typing.get_type_hints(builder).get("return")
+
+
+def algorithm_class(method: str) -> type:
+    """The Algorithm subclass the ``ALGORITHMS`` builder ``method`` returns (checked at registration)."""
+    return returned_class(ALGORITHMS[method])
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import typing
 from dataclasses import asdict, dataclass
 
-from fedbench.algorithm_registry import ALGORITHMS, PlanContext
+from fedbench.algorithm_registry import ALGORITHMS, PlanContext, algorithm_class
 from fedbench.data import DATASETS, PARTITIONERS
 from fedbench.data.partition import COMMON_KEYS
 from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
@@ -228,7 +227,7 @@ def _check_bn_aggregation(config: dict, experiment: str, spec: dict, algorithms:
 def _local_bn_methods() -> list[str]:
     """Registered methods whose algorithm keeps BatchNorm state local (``keeps_local_bn`` of the
     class their builder returns)."""
-    return [m for m in ALGORITHMS.names() if typing.get_type_hints(ALGORITHMS[m])["return"].keeps_local_bn]
+    return [m for m in ALGORITHMS.names() if algorithm_class(m).keeps_local_bn]
 
 
 def _check_partition_specs(config: dict) -> dict[str, int]:

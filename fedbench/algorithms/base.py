@@ -6,7 +6,6 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.algorithm_registry import ALGORITHMS, PlanContext
+from fedbench.algorithm_registry import ALGORITHMS, PlanContext, returned_class
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.federated_data import FederatedData
@@ -263,7 +262,7 @@ def check_algorithm_builder(name: str, builder) -> None:
     """Registration check of ``ALGORITHMS``: the builder's return annotation is an :class:`Algorithm`
     subclass that implements every required method and defines no public method whose name is
     close to a hook's without being one (``cluster`` for ``clusters``)."""
-    cls = typing.get_type_hints(builder).get("return")
+    cls = returned_class(builder)
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
         raise TypeError(f"algorithm {name!r}: its builder must be annotated to return an Algorithm subclass, not {cls!r}")
     missing = [m for m in REQUIRED if getattr(cls, m) is getattr(Algorithm, m)]

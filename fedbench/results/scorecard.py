@@ -32,13 +32,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import typing
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
 import pandas as pd
 
-from fedbench.algorithm_registry import ALGORITHMS
+from fedbench.algorithm_registry import algorithm_class
 from fedbench.data.partition_file import atomic_write
 from fedbench.protocols import PROTOCOLS, Protocol
 from fedbench.results.agreement import STD_ERROR, agreement, spread, statistic_of
@@ -145,17 +144,12 @@ class _Sources:
         does not define)."""
         if algorithm not in self._notes:
             method = self._entries.get(algorithm, {}).get("method")
-            self._notes[algorithm] = _no_note if method is None else _algorithm_class(method).history_note
+            self._notes[algorithm] = _no_note if method is None else algorithm_class(method).history_note
         return self._notes[algorithm]
 
 
 def _no_note(history: pd.DataFrame) -> str:
     return ""
-
-
-def _algorithm_class(method: str) -> type:
-    """The class the ``ALGORITHMS`` builder ``method`` returns (its return annotation)."""
-    return typing.get_type_hints(ALGORITHMS[method])["return"]
 
 
 def scorecard(config: dict, run_dirs: Iterable[str | Path], published: pd.DataFrame) -> pd.DataFrame:

@@ -41,6 +41,26 @@ def make_data(sizes: list[int], dim: int = 5, num_classes: int = 3, seed: int = 
     )
 
 
+def tiny_digits_config(**training) -> dict:
+    """One experiment ``tiny``: FedAvg with an 8-unit MLP on digits over 4 Dirichlet(0.5) clients,
+    seed 0, on the CPU, with the given training settings (run directly, no results folder)."""
+    return {
+        "results": "unused",
+        "device": "cpu",
+        "seeds": [0],
+        "datasets": {"digits": {"source": "digits"}},
+        "partitions": {"dir": {"kind": "dirichlet", "alpha": 0.5, "num_clients": 4, "test_fraction": 0.25}},
+        "models": {"mlp": {"arch": "mlp", "hidden": [8]}},
+        "algorithms": {"fedavg": {"method": "fedavg"}},
+        "experiments": {
+            "tiny": {
+                "training": training,
+                "grid": [{"datasets": ["digits"], "partitions": ["dir"], "models": ["mlp"], "algorithms": ["fedavg"]}],
+            }
+        },
+    }
+
+
 def make_federation(data: FederatedData, model, local: LocalSGD, participation=1.0, seed=0) -> Federation:
     return Federation(
         model=model, data=data, trainer=VectorisedTrainer(model, data), local=local,

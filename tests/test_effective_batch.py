@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import make_data
+from conftest import make_data, tiny_digits_config
 from fedbench.config import Cell
 from fedbench.plan import check_config
 from fedbench.engine.batches import effective_batch, make_batch_plan
@@ -47,21 +47,7 @@ def test_huge_batch_trains_a_batchnorm_model_as_the_explicit_full_batch():
     assert huge["1.num_batches_tracked"].tolist() == [2] * len(counts)  # 2 epochs x one batch
 
 
-CONFIG = {
-    "results": "unused",
-    "device": "cpu",
-    "seeds": [0],
-    "datasets": {"digits": {"source": "digits"}},
-    "partitions": {"dir": {"kind": "dirichlet", "alpha": 0.5, "num_clients": 4, "test_fraction": 0.25}},
-    "models": {"mlp": {"arch": "mlp", "hidden": [8]}},
-    "algorithms": {"fedavg": {"method": "fedavg"}},
-    "experiments": {
-        "tiny": {
-            "training": {"rounds": 2, "local_epochs": 2, "batch_size": HUGE, "lr": 0.1, "eval_every": 1, "memory_mb": 4},
-            "grid": [{"datasets": ["digits"], "partitions": ["dir"], "models": ["mlp"], "algorithms": ["fedavg"]}],
-        }
-    },
-}
+CONFIG = tiny_digits_config(rounds=2, local_epochs=2, batch_size=HUGE, lr=0.1, eval_every=1, memory_mb=4)
 
 
 def test_huge_batch_size_runs_a_cell_as_the_explicit_full_batch(tmp_path):

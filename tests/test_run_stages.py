@@ -19,23 +19,9 @@ from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights
 from fedbench.pipeline import (build_partition, checkpoint, due, evaluate, prepare, resume, run_cell, score_round,
                                train_round, write)
+from conftest import tiny_digits_config
 
-CONFIG = {
-    "results": "unused",
-    "device": "cpu",
-    "seeds": [0],
-    "datasets": {"digits": {"source": "digits"}},
-    "partitions": {"dir": {"kind": "dirichlet", "alpha": 0.5, "num_clients": 4, "test_fraction": 0.25}},
-    "models": {"mlp": {"arch": "mlp", "hidden": [8]}},
-    "algorithms": {"fedavg": {"method": "fedavg"}},
-    "experiments": {
-        "tiny": {
-            "training": {"rounds": 4, "batch_size": 16, "lr": 0.1, "participation": 0.5, "eval_every": 2,
-                         "checkpoint_every": 2},
-            "grid": [{"datasets": ["digits"], "partitions": ["dir"], "models": ["mlp"], "algorithms": ["fedavg"]}],
-        }
-    },
-}
+CONFIG = tiny_digits_config(rounds=4, batch_size=16, lr=0.1, participation=0.5, eval_every=2, checkpoint_every=2)
 CELL = Cell("tiny", "digits", "dir", "mlp", "fedavg", 0)
 RUN_ONLY = ("wall_time_s", "peak_memory")
 

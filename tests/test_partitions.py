@@ -57,6 +57,19 @@ def test_dirichlet_respects_min_size(digits):
     assert min(len(a) + len(b) for a, b in zip(part.train, part.test)) >= 30
 
 
+def test_dirichlet_sample_fraction_keeps_that_share_of_every_class(digits):
+    """``sample_fraction`` (the FedMR claims analogue's scaling): the clients hold round(f * n_k) samples of
+    class k, all distinct; 1.0 draws nothing, so the split equals the one without the key."""
+    spec = {"kind": "dirichlet", "num_clients": 10, "alpha": 0.5, "min_size": 5}
+    part = partition_dataset(digits, {**spec, "sample_fraction": 0.3}, seed=4)
+    held = np.concatenate(part.train + part.test)
+    assert len(np.unique(held)) == len(held)
+    classes, sizes = np.unique(digits.y, return_counts=True)
+    assert np.array_equal(np.bincount(digits.y[held], minlength=len(classes)), np.round(0.3 * sizes).astype(int))
+    whole, same = (partition_dataset(digits, s, seed=4) for s in (spec, {**spec, "sample_fraction": 1.0}))
+    assert all(np.array_equal(x, y) for x, y in zip(whole.train + whole.test, same.train + same.test))
+
+
 def test_natural_partition_follows_users():
     ds = ArrayDataset(x=np.zeros((7, 2), np.float32), y=np.array([0, 1, 0, 1, 0, 1, 0]), num_classes=2,
                       users=np.array([2, 2, 0, 0, 0, 1, 1]))

@@ -280,7 +280,7 @@ def test_without_official_split_test_ratio_holds_out_each_class():
 
 
 def test_sample_fraction_keeps_that_share_of_every_class_and_split():
-    from fedbench.data.partitions_femam import class_subsample
+    from fedbench.data.partition import class_subsample
 
     data = make_dataset(4, train=40, test=10)
     pool = np.arange(len(data.y))

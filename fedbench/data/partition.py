@@ -81,6 +81,25 @@ class Partition:
         return out
 
 
+def class_subsample(dataset: ArrayDataset, pool: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """``fraction`` of every class's samples in ``pool``, drawn at random separately from its official
+    training and test samples (so the split sizes keep their ratio); the whole pool for 1.0 (no draw).
+    Our addition, to scale a partition down to a CPU budget (the offline analogues: FeMAM's
+    partitions, FedMR's Dirichlet split)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"sample_fraction must be in (0, 1], got {fraction}")
+    if fraction == 1:
+        return pool
+    test = dataset.test_mask if dataset.test_mask is not None else np.zeros(len(dataset.y), dtype=bool)
+    keep = []
+    for k in np.unique(dataset.y[pool]):
+        for official_test in (False, True):
+            members = pool[(dataset.y[pool] == k) & (test[pool] == official_test)]
+            if len(members):
+                keep.append(rng.choice(members, max(1, round(fraction * len(members))), replace=False))
+    return np.sort(np.concatenate(keep))
+
+
 def split_clients(samples: ClientSamples, test_fraction: float, val_fraction: float, rng: np.random.Generator) -> Partition:
     """Split every client's samples at random: ``test_fraction`` to test, then ``val_fraction``
     of the rest to validation (scikit-learn's ``train_test_split``, as FeMAM's code does)."""

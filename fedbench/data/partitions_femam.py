@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from scipy.ndimage import uniform_filter1d
 
-from fedbench.data.partition import PARTITIONERS, Partition
+from fedbench.data.partition import PARTITIONERS, Partition, class_subsample
 from fedbench.data.sources import ArrayDataset
 
 #: Table C.1 of the FeMAM paper (a copy of shared/reference/femam_multilevel_structure.csv)
@@ -101,24 +101,6 @@ def class_splits(dataset: ArrayDataset, pool: np.ndarray, k: int, rng: np.random
         test, official_train = shuffled[:cut], shuffled[cut:]
     n_val = len(test) // 2 if val_ratio == HALF_TEST else int(val_ratio * len(official_train))
     return official_train[n_val:], official_train[:n_val], test
-
-
-def class_subsample(dataset: ArrayDataset, pool: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """``fraction`` of every class's samples in ``pool``, drawn at random separately from its official
-    training and test samples (so the split sizes keep their ratio); the whole pool for 1.0 (no draw).
-    Our addition, to scale FeMAM's partitions down to a CPU budget (the offline analogue)."""
-    if not 0 < fraction <= 1:
-        raise ValueError(f"sample_fraction must be in (0, 1], got {fraction}")
-    if fraction == 1:
-        return pool
-    test = dataset.test_mask if dataset.test_mask is not None else np.zeros(len(dataset.y), dtype=bool)
-    keep = []
-    for k in np.unique(dataset.y[pool]):
-        for official_test in (False, True):
-            members = pool[(dataset.y[pool] == k) & (test[pool] == official_test)]
-            if len(members):
-                keep.append(rng.choice(members, max(1, round(fraction * len(members))), replace=False))
-    return np.sort(np.concatenate(keep))
 
 
 def deal_classes(dataset: ArrayDataset, pool: np.ndarray, holders: dict[int, np.ndarray], num_clients: int,

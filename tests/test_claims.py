@@ -181,6 +181,29 @@ def test_the_report_measures_the_seeds_on_disk_and_names_the_command_for_the_res
                                             "--config 'only_experiments=[e]'")
 
 
+def test_update_rewrites_only_the_sections_of_the_configs_given(tmp_path):
+    """``--update``: the sections of the configs' papers are rewritten (command and note in each), every other
+    paper's section is kept byte for byte; without it the report holds only the configs' papers."""
+    from fedbench.results.claims import report_sections, write_report
+
+    config = claims_config({"better": "a", "than": "b"})
+    config["results"] = str(tmp_path / "results")
+    config_path = tmp_path / "c.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "claims.md"
+    kept = "## FLT\n\nmeasured elsewhere, 3 seeds\n\n| claim |\n|:--|\n| x |\n\n"
+    out.write_text("# old title\n\n" + kept + "## Default suite\n\nstale table\n")
+    write_report([config_path], out, load_published(), note="ran on 2 cores", update=True)
+    sections = report_sections(out.read_text())
+    assert list(sections) == ["FLT", "Default suite"]
+    assert sections["FLT"] == kept
+    assert "stale table" not in sections["Default suite"]
+    assert f"`python -m fedbench.results.claims --update {config_path}`" in sections["Default suite"]
+    assert "ran on 2 cores" in sections["Default suite"] and "**not yet measured**" in sections["Default suite"]
+    write_report([config_path], out, load_published())
+    assert list(report_sections(out.read_text())) == ["Default suite"]
+
+
 # ---- config checks ---------------------------------------------------------------------------
 
 

@@ -389,46 +389,80 @@ def reading(row: pd.Series) -> str:
             INCONCLUSIVE: "the seeds cannot tell the two apart here"}[row["verdict"]]
 
 
-def write_report(config_paths: Iterable[str | Path], out: str | Path, published: pd.DataFrame, note: str = "") -> pd.DataFrame:
-    """``reports/claims.md``: per paper, every claim of the given config files (:func:`report_rows`), ``note`` under the header."""
+REPORT_TITLE = "# The papers' claims, tested on the offline analogues"
+
+
+def report_sections(text: str) -> dict[str, str]:
+    """An existing ``reports/claims.md`` cut at its ``## <paper>`` headings: paper name -> that section's text."""
+    sections: dict[str, str] = {}
+    name = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            name = line[3:].strip()
+            sections[name] = ""
+        if name is not None:
+            sections[name] += line
+    return sections
+
+
+def _section(paper: str, rows: pd.DataFrame, config_paths: list[str], note: str) -> str:
+    """One paper's section: the command that wrote it, ``note``, the claims table."""
+    # no per-seed column while none of the paper's claims is measured
+    rows = rows.reindex(columns=rows.columns.union(["per_seed"], sort=False)).astype({"per_seed": object})
+    shown = pd.DataFrame({
+        "claim": rows["claim"], "source": rows["source"],
+        "cell": rows.apply(lambda r: f"{r['experiment']}" + (f" / {r['partition']}" if isinstance(r.get("partition"), str) else ""), axis=1),
+        "paper's margin": rows["paper_margin"].fillna(""),
+        "measured": rows.apply(lambda r: _measured(r) if r["verdict"] != "not yet measured" else "not yet measured", axis=1),
+        "per seed": rows["per_seed"].fillna(""), "seeds": rows["seeds"], "verdict": "**" + rows["verdict"] + "**",
+        "reading": rows.apply(reading, axis=1),
+    })
+    written = f"Written by `python -m fedbench.results.claims --update {' '.join(config_paths)}` from the runs on disk."
+    return "\n".join([f"## {PAPER_NAMES[paper]}", "", written, *([note] if note else []), "",
+                      shown.to_markdown(index=False), "", ""])
+
+
+def write_report(config_paths: Iterable[str | Path], out: str | Path, published: pd.DataFrame, note: str = "",
+                 update: bool = False) -> pd.DataFrame:
+    """``reports/claims.md``: per paper, every claim of the given config files (:func:`report_rows`), each
+    paper's section naming the command that wrote it and ``note``.  ``update``: rewrite only the sections
+    of the papers these configs test and keep the report's other sections as they are (each paper's
+    analogue is measured on its own, at its own time)."""
+    config_paths = [str(path) for path in config_paths]
     table = pd.concat([report_rows(path, published) for path in config_paths], ignore_index=True)
-    parts = ["# The papers' claims, tested on the offline analogues", "",
-             f"Written by `python -m fedbench.results.claims {' '.join(map(str, config_paths))}` from the runs on "
-             "disk under each config's `results:` directory (none typed in).  Measured: mean over seeds of the "
-             "difference (a threshold claim: of the metric), accuracy in %, [95 % Student-t interval, paired over "
-             "the same partition and seed]; *seeds* = the seeds whose runs all exist (how many of the config's seeds).  Verdict: holds "
-             "(interval above 0, or at/above the threshold), does not hold (below), inconclusive (straddles).  "
-             "A claim with no runs yet says so, with the command that measures it.", ""] + ([note, ""] if note else [])
-    for paper in ("femam", "fedmr", "flt", "pfedmt", "default"):
-        rows = table[table["paper"] == paper]
-        if rows.empty:
-            continue
-        shown = pd.DataFrame({
-            "claim": rows["claim"], "source": rows["source"],
-            "cell": rows.apply(lambda r: f"{r['experiment']}" + (f" / {r['partition']}" if isinstance(r.get("partition"), str) else ""), axis=1),
-            "paper's margin": rows["paper_margin"].fillna(""),
-            "measured": rows.apply(lambda r: _measured(r) if r["verdict"] != "not yet measured" else "not yet measured", axis=1),
-            "per seed": rows["per_seed"].fillna(""), "seeds": rows["seeds"], "verdict": "**" + rows["verdict"] + "**",
-            "reading": rows.apply(reading, axis=1),
-        })
-        parts += [f"## {PAPER_NAMES[paper]}", "", shown.to_markdown(index=False), ""]
-    atomic_write(out, lambda p: Path(p).write_text("\n".join(parts), encoding="utf-8"))
+    sections = report_sections(Path(out).read_text(encoding="utf-8")) if update and Path(out).exists() else {}
+    for paper in table["paper"].unique():
+        sections[PAPER_NAMES[paper]] = _section(paper, table[table["paper"] == paper], config_paths, note)
+    order = [PAPER_NAMES[paper] for paper in ("femam", "fedmr", "flt", "pfedmt", "default")]
+    header = [REPORT_TITLE, "",
+              "Each paper's section is written by `python -m fedbench.results.claims --update CONFIG...` from the "
+              "runs on disk under the config's `results:` directory (none typed in) and names its command; "
+              "`--update` rewrites only the sections of the configs given.  Measured: mean over seeds of the "
+              "difference (a threshold claim: of the metric), accuracy in %, [95 % Student-t interval, paired over "
+              "the same partition and seed]; *seeds* = the seeds whose runs all exist (how many of the config's "
+              "seeds).  Verdict: holds (interval above 0, or at/above the threshold), does not hold (below), "
+              "inconclusive (straddles).  A claim with no runs yet says so, with the command that measures it.", "", ""]
+    body = [sections[name] for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order))]
+    atomic_write(out, lambda p: Path(p).write_text("\n".join(header) + "".join(body).rstrip("\n") + "\n", encoding="utf-8"))
     return table
 
 
 def main(argv: list[str]) -> None:
-    """``python -m fedbench.results.claims CONFIG... [--out reports/claims.md] [--note TEXT]``."""
+    """``python -m fedbench.results.claims [--update] CONFIG... [--out reports/claims.md] [--note TEXT]``."""
     options = {"--out": "reports/claims.md", "--note": ""}
     for option in options:
         if option in argv:
             i = argv.index(option)
             options[option], argv = argv[i + 1], argv[:i] + argv[i + 2:]
-    table = write_report(argv, options["--out"], load_published(), options["--note"])
+    update = "--update" in argv
+    argv = [arg for arg in argv if arg != "--update"]
+    table = write_report(argv, options["--out"], load_published(), options["--note"], update=update)
     print(table[["claim", "verdict", "seeds"]].to_string())
 
 
 __all__ = ["ClaimError", "check_claims", "claim_cells", "compare", "threshold", "verdict", "evaluated_claims",
-           "evaluate_claims", "published_margins", "to_markdown", "write_claims", "report_rows", "write_report"]
+           "evaluate_claims", "published_margins", "to_markdown", "write_claims", "report_rows", "report_sections",
+           "write_report"]
 
 
 if __name__ == "__main__":

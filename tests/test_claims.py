@@ -90,6 +90,21 @@ def test_threshold_claims():
     assert verdicts == {"ok": HOLDS, "exact": HOLDS, "mixed": INCONCLUSIVE, "low": FAILS}
 
 
+def test_diverged_runs_are_left_out_and_named():
+    """A diverged run (no number) leaves its seed out of the paired comparison, and the table and the
+    report's reading name it; when every seed of one side diverged there is nothing to compare."""
+    from fedbench.results.claims import reading
+
+    config = claims_config({"better": "a", "than": "b"})
+    some = evaluate_claims(config, hand_runs({"a": [0.9, 0.8, 0.85], "b": [0.5, float("nan"), 0.55]}), load_published())
+    # seeds 0 and 2: differences 40 and 30 -> mean 35, sd 7.071, t(0.975, 1) = 12.706 -> 35 ± 63.53
+    assert (some["n"][0], some["difference"][0], some["diverged"][0]) == (2, pytest.approx(35.0), "b diverged (seed 1)")
+    assert reading({**some.iloc[0], "verdict": some["verdict"][0]}).endswith("; left out: b diverged (seed 1)")
+    none = evaluate_claims(config, hand_runs({"a": [0.9, 0.8, 0.85], "b": [float("nan")] * 3}), load_published())
+    assert none["n"][0] == 0 and none["verdict"][0] == INCONCLUSIVE
+    assert reading(none.iloc[0]) == "no seed to compare: b diverged (seed 0, 1, 2)"
+
+
 def test_one_seed_gives_no_interval_and_is_inconclusive():
     config = claims_config({"better": "a", "than": "b"}, seed_list=[0])
     table = evaluate_claims(config, hand_runs({"a": [0.9], "b": [0.1]}), load_published())

@@ -259,15 +259,18 @@ def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, p
                 result, reference = threshold(series[0], claim["at_least"]), float(claim["at_least"])
                 comparison = f"{claim['algorithm']} ≥ {claim['at_least']:g}"
                 pairing = "one-sample"
+            diverged = "; ".join(f"{a} diverged (seed {', '.join(map(str, per.index[per.isna()]))})"
+                                 for a, per in zip(claim_algorithms(claim), series) if per.isna().any())
             rows.append({
                 "claim": name, "paper": experiment_paper(config, claim["experiment"]), "source": claim["source"],
                 "experiment": claim["experiment"], "dataset": cell[0], "partition": cell[1], "model": cell[2],
                 "metric": metric, "comparison": comparison, "paper_margin": paper_margin, **result,
-                "seeds_left_out": len(seeds) - result["n"], "statistic": f"{pairing} t, {CONFIDENCE:.0%}",
+                "seeds_left_out": len(seeds) - result["n"], "diverged": diverged, "statistic": f"{pairing} t, {CONFIDENCE:.0%}",
                 "verdict": verdict(result["low"], result["high"], reference, at_least="better" not in claim),
             })
     columns = ["claim", "paper", "source", "experiment", "dataset", "partition", "model", "metric", "comparison",
-               "paper_margin", "difference", "low", "high", "n", "per_seed", "seeds_left_out", "statistic", "verdict"]
+               "paper_margin", "difference", "low", "high", "n", "per_seed", "seeds_left_out", "diverged", "statistic",
+               "verdict"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -296,7 +299,7 @@ def to_markdown(table: pd.DataFrame) -> str:
         "comparison": table["comparison"] + " (" + table["metric"] + ")",
         "paper's margin": table["paper_margin"].fillna(""),
         "measured": table.apply(_measured, axis=1), "per seed": table["per_seed"], "seeds": table["n"],
-        "statistic": table["statistic"], "verdict": "**" + table["verdict"] + "**",
+        "left out": table["diverged"], "statistic": table["statistic"], "verdict": "**" + table["verdict"] + "**",
     })
     return "\n".join(parts + [shown.to_markdown(index=False), ""])
 
@@ -375,9 +378,18 @@ def report_rows(config_path: str | Path, published: pd.DataFrame) -> pd.DataFram
 
 
 def reading(row: pd.Series) -> str:
-    """One line: what the verdict says next to the paper's margin."""
+    """One line: what the verdict says next to the paper's margin (and which runs diverged, left out)."""
     if row["verdict"] == "not yet measured":
         return f"`{row['command']}`"
+    diverged = row.get("diverged")
+    if isinstance(diverged, str) and diverged:
+        if row["n"] == 0:
+            return f"no seed to compare: {diverged}"
+        return f"{_reading(row)}; left out: {diverged}"
+    return _reading(row)
+
+
+def _reading(row: pd.Series) -> str:
     if row["comparison"].count("≥"):
         return {HOLDS: "recovered: the whole interval is at or above the threshold",
                 FAILS: "not recovered: the whole interval is below the threshold",

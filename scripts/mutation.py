@@ -50,7 +50,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["fedbench/algorithms/" + m for m in ("ifca.py", "cfl.py", "fesem.py", "clustered.py", "flt.py", "fesem_flt.py")],
         ["tests/test_clustered_baselines.py", "tests/test_flt.py", "tests/test_relatedness_path.py"],
     ),
-    # FLT's relatedness step on its own: its tests run UMAP, whose numba compilation every forked mutant repeats
+    # FLT's relatedness step on its own: its tests run UMAP, compiled once in the fork server (WARMUP)
     "fcr": (["fedbench/clustering/*"], ["tests/test_fcr.py"]),
     "moreau": (
         ["fedbench/algorithms/" + m for m in ("pfedme.py", "perfedavg.py", "pfedmt.py")]
@@ -64,12 +64,15 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         ["tests/test_algorithms.py", "tests/test_bn_aggregation.py", "tests/test_resume.py", "tests/test_moreau_family.py",
          "tests/test_femam_fidelity.py", "tests/test_algorithm_interface.py"],
     ),
-    "engine": (
+    # the engine in two groups, each with the tests of its modules, so that each runs in about an hour
+    "engine": (  # the local step and the aggregation every algorithm trains with
         ["fedbench/engine/" + m for m in ("vectorised.py", "wide_model.py", "fused_mlp.py", "reference.py", "weights.py",
-                                         "batches.py", "federated_data.py", "evaluate.py", "memory.py", "device.py",
-                                         "step_runner.py", "local_sgd.py")],
-        ["tests/test_engine.py", "tests/test_evaluate.py", "tests/test_job_memory.py", "tests/test_algorithms.py",
-         "tests/test_models_conv.py"],
+                                         "batches.py", "step_runner.py", "local_sgd.py")],
+        ["tests/test_engine.py", "tests/test_algorithms.py", "tests/test_models_conv.py", "tests/test_effective_batch.py"],
+    ),
+    "engine_eval": (  # the clients' data on the device, evaluation, memory estimates, device choice
+        ["fedbench/engine/" + m for m in ("federated_data.py", "evaluate.py", "memory.py", "device.py")],
+        ["tests/test_evaluate.py", "tests/test_job_memory.py", "tests/test_engine.py", "tests/test_cost.py"],
     ),
     "results": (
         ["fedbench/results/scorecard.py", "fedbench/results/agreement.py"],
@@ -77,6 +80,9 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
          "tests/test_femam_grid.py", "tests/test_papers.py"],
     ),
 }
+# group -> pytest plugin (a module of scripts/) that the fork server loads before forking the mutants: the
+# groups whose tests run UMAP (FCR, FLT's relatedness path)
+WARMUP: dict[str, str] = {"fcr": "mutation_warmup", "clustered": "mutation_warmup"}
 MESSAGE_LINES = [r"^\s*raise \w+\(", r"^\s*warnings\.warn\("]
 COPIED = ["fedbench", "tests", "config", "scripts", "workflow", "envs", "profiles", "docs", "Snakefile", "README.md",
           "pyproject.toml"]
@@ -100,7 +106,7 @@ def workflow_tests(path: Path) -> list[str]:
     return found
 
 
-def mutmut_section(modules: list[str], tests: list[str]) -> str:
+def mutmut_section(modules: list[str], tests: list[str], plugin: str | None = None) -> str:
     selection = sorted({str(p.relative_to(ROOT)) for pattern in tests for p in ROOT.glob(pattern)})
     deselect = [arg for path in selection for test in workflow_tests(ROOT / path) for arg in ("--deselect", test)]
     return "\n".join([
@@ -110,8 +116,13 @@ def mutmut_section(modules: list[str], tests: list[str]) -> str:
         'also_copy = ["config", "scripts", "workflow", "envs", "Snakefile", "docs", "profiles", "README.md"]',
         f"pytest_add_cli_args_test_selection = {toml_list(selection)}",
         "pytest_add_cli_args = "
-        + toml_list(["-p", "no:cacheprovider", "-q", "-m", "not slow", "-o", "addopts=", *deselect]),
+        + toml_list(["-p", "no:cacheprovider", *(["-p", plugin] if plugin else []), "-q", "-m", "not slow", "-o", "addopts=",
+                     *deselect]),
         'process_isolation = "forkserver"',
+        # a mutant "times out" after (its tests' estimated time + this) x 15 s of wall time; the estimate
+        # leaves out fixture set-up (a module fixture's UMAP or FL run), and under load mutmut's default 1 s
+        # turned slow-but-correct runs into "timeouts" counted as kills
+        "timeout_constant = 5.0",
         # an error's or warning's message text: its string mutants ("XX...XX") test wording, not behaviour;
         # the conditions that raise stay mutated
         f"do_not_mutate_patterns = {toml_list(MESSAGE_LINES)}",
@@ -132,14 +143,19 @@ def prepare(group: str, workdir: Path, fresh: bool) -> Path:
         else:
             shutil.copy2(src, dst)
     pyproject = (copy / "pyproject.toml").read_text()
-    pyproject = pyproject.split("[tool.mutmut]")[0].rstrip() + "\n\n" + mutmut_section(*GROUPS[group])
+    pyproject = pyproject.split("[tool.mutmut]")[0].rstrip() + "\n\n" + mutmut_section(*GROUPS[group], WARMUP.get(group))
     (copy / "pyproject.toml").write_text(pyproject)
     return copy
 
 
 def run_group(copy: Path, max_children: int, mutants: list[str] | None = None) -> int:
     """mutmut over the group's copy: every mutant without a result, or exactly ``mutants`` again."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # scripts/ on the path for the group's WARMUP plugin; numba's disk cache kept in the group's copy; numba's
+    # workqueue threads, not OpenMP's: a child forked from a process that ran numba's OpenMP layer (the warm-up)
+    # is killed by numba with SIGTERM as soon as it runs UMAP, and mutmut counts that death as a survivor
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_CACHE_DIR": str(copy / ".numba_cache"),
+           "NUMBA_THREADING_LAYER": "workqueue",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(copy / "scripts"), os.environ.get("PYTHONPATH")]))}
     with open(copy / "mutmut.log", "a" if mutants else "w") as log:
         return subprocess.run([str(MUTMUT), "run", "--max-children", str(max_children), *(mutants or [])], cwd=copy,
                               env=env, stdout=log, stderr=subprocess.STDOUT).returncode

@@ -7,6 +7,7 @@ Only the module-scoped ``planted_fcr`` fixture runs UMAP (its first call compile
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import numpy as np
@@ -16,12 +17,14 @@ from sklearn.metrics import adjusted_rand_score
 from fedbench.clustering import (
     client_centres,
     client_distances,
+    embed_centres,
     fcr,
     hierarchical_clusters,
     pca_signatures,
     relatedness,
     threshold_adjacency,
 )
+from fedbench.clustering.fcr import CODE_KMEANS_SEED, CODE_UMAP_SEED
 
 
 def planted(m=20, clusters=4, k=3, n=30, dim=16, seed=0, scale=10.0):
@@ -49,6 +52,54 @@ def test_fcr_recovers_planted_clusters(planted_fcr):
     assert adjusted_rand_score(truth, auto.clusters) == 1.0
     by_dist = relatedness(result.centres_2d, gamma=1.0, num_clusters=4, hc_on="distances")
     assert adjusted_rand_score(truth, by_dist.clusters) == 1.0
+
+
+@pytest.mark.filterwarnings("ignore")  # umap-learn's notices on 16 points
+@pytest.mark.parametrize("seed, kmeans_seed, umap_seed", [(7, 7, 7), (None, CODE_KMEANS_SEED, CODE_UMAP_SEED)])
+def test_fcr_runs_algorithm_2_with_every_setting_passed_through(seed, kmeans_seed, umap_seed):
+    """Algorithm 2, lines 10-21, with none of fcr's defaults: M_m = kMEANS(E_m) (the given seed, or the
+    code's 43), Z = UMAP(M) of all centres jointly -- umap-learn called here directly, fit then transform
+    (the code's reading), the given seed or the code's 42 --, A by the code's matching distance, Ã = [A < γ],
+    Ward on A into C clusters.  fcr's result equals the steps run one by one and records its settings."""
+    import umap
+
+    emb, _ = planted(m=8, clusters=3, k=2, n=12, dim=5)
+    settings = dict(k=2, gamma=0.8, distance="matching", n_neighbors=5, min_dist=0.3, metric="manhattan",
+                    n_components=3, umap_transform=True, num_clusters=3, hc_on="distances", n_init=2, seed=seed)
+    result = fcr(emb, **settings)
+    centres = client_centres(emb, 2, kmeans_seed, 2)
+    x = centres.reshape(16, 5)
+    reducer = umap.UMAP(n_neighbors=5, min_dist=0.3, metric="manhattan", n_components=3, random_state=umap_seed)
+    z = reducer.fit(x).transform(x).astype(np.float64).reshape(8, 2, 3)
+    distances = client_distances(z, "matching")
+    clusters, linkage = hierarchical_clusters(distances, 3, on="distances")
+    np.testing.assert_array_equal(result.centres, centres)
+    assert result.centres_2d.dtype == np.float64
+    np.testing.assert_array_equal(result.centres_2d, z)
+    np.testing.assert_array_equal(result.distances, distances)
+    np.testing.assert_array_equal(result.adjacency, threshold_adjacency(distances, 0.8))
+    np.testing.assert_array_equal(result.clusters, clusters)
+    np.testing.assert_array_equal(result.linkage, linkage)
+    assert result.params == settings
+
+
+def test_defaults_are_the_papers_and_the_codes_settings():
+    """The defaults a direct caller gets (module docstring; notes §4.1, §4.4): k = 5 and the min distance
+    (paper, Algorithm 2), γ = 1 (the code's FLT), umap-learn's 15 neighbours and min_dist 0.1 in 2
+    Euclidean dimensions, fitted embedding (``fit_transform``), Ward on Ã's rows (paper and code), C
+    automatic, KMeans n_init 10, and the code's seeds (KMeans 43, UMAP 42) when none is given."""
+    def defaults(function):
+        return {name: p.default for name, p in inspect.signature(function).parameters.items() if p.default is not p.empty}
+
+    assert (CODE_KMEANS_SEED, CODE_UMAP_SEED) == (43, 42)
+    assert defaults(fcr) == dict(k=5, gamma=1.0, distance="min", n_neighbors=15, min_dist=0.1, metric="euclidean",
+                                 n_components=2, umap_transform=False, num_clusters=None, hc_on="adjacency_rows",
+                                 n_init=10, seed=None)
+    assert defaults(client_centres) == dict(k=5, seed=43, n_init=10)
+    assert defaults(embed_centres) == dict(n_neighbors=15, min_dist=0.1, metric="euclidean", seed=42, n_components=2,
+                                           transform=False)
+    assert defaults(relatedness) == dict(gamma=1.0, distance="min", num_clusters=None, hc_on="adjacency_rows",
+                                         centres=None)
 
 
 def test_identity_adjacency_when_far_apart():
@@ -112,12 +163,25 @@ def test_client_centres_and_small_clients():
     np.testing.assert_array_equal(c[3], emb[3][[0, 1, 0]])
 
 
-def test_pca_signatures_shapes():
+def test_pca_signatures_are_each_clients_own_pca_then_kmeans():
+    """PCA+kM+HC's signatures as the authors' code computes them (notes §4.4): PCA(q) fitted on each
+    client's own data (its rows repeated cyclically up to q when it has fewer), then KMeans(k,
+    random_state=seed) in that client's PCA space; ``fit="pooled"``: one PCA on all clients' data.
+    q is clipped to the feature dimension."""
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import PCA
+
     rng = np.random.default_rng(4)
     feats = [rng.normal(size=(n, 20)) for n in (40, 7, 25)]  # 7 < n_components: data repeated
-    assert pca_signatures(feats, n_components=10, k=5, seed=0, n_init=1).shape == (3, 5, 10)
+    got = pca_signatures(feats, n_components=10, k=3, seed=5, n_init=2)
+    for f, centres in zip(feats, got):
+        z = PCA(10, random_state=5).fit_transform(f[np.arange(max(len(f), 10)) % len(f)])
+        np.testing.assert_allclose(centres, KMeans(3, random_state=5, n_init=2).fit(z).cluster_centers_)
+    pooled = pca_signatures(feats, n_components=4, k=2, seed=5, fit="pooled", n_init=2)
+    pca = PCA(4, random_state=5).fit(np.concatenate(feats))
+    for f, centres in zip(feats, pooled):
+        np.testing.assert_allclose(centres, KMeans(2, random_state=5, n_init=2).fit(pca.transform(f)).cluster_centers_)
     assert pca_signatures(feats, n_components=50, k=2, seed=0, n_init=1).shape == (3, 2, 20)  # clipped to d
-    assert pca_signatures(feats, n_components=10, k=5, seed=0, fit="pooled", n_init=1).shape == (3, 5, 10)
 
 
 def test_figures_written(planted_fcr, tmp_path, saved_figures):

@@ -7,7 +7,6 @@ Only the module-scoped ``planted_fcr`` fixture runs UMAP (its first call compile
 
 from __future__ import annotations
 
-import inspect
 import itertools
 
 import numpy as np
@@ -83,23 +82,46 @@ def test_fcr_runs_algorithm_2_with_every_setting_passed_through(seed, kmeans_see
     assert result.params == settings
 
 
+@pytest.mark.filterwarnings("ignore")  # umap-learn's notices on 30 points
 def test_defaults_are_the_papers_and_the_codes_settings():
-    """The defaults a direct caller gets (module docstring; notes §4.1, §4.4): k = 5 and the min distance
-    (paper, Algorithm 2), γ = 1 (the code's FLT), umap-learn's 15 neighbours and min_dist 0.1 in 2
-    Euclidean dimensions, fitted embedding (``fit_transform``), Ward on Ã's rows (paper and code), C
-    automatic, KMeans n_init 10, and the code's seeds (KMeans 43, UMAP 42) when none is given."""
-    def defaults(function):
-        return {name: p.default for name, p in inspect.signature(function).parameters.items() if p.default is not p.empty}
+    """What a direct caller gets with no settings (module docstring; notes §4.1, §4.4), each step against
+    its library called with the documented values: k = 5 centres by KMeans(n_init 10, the code's seed
+    43); UMAP with umap-learn's 15 neighbours (clipped to the 29 other centres), min_dist 0.1, 2
+    Euclidean dimensions, the code's seed 42, the fitted embedding; the paper's min distance, γ = 1 (the
+    code's FLT), Ward on Ã's rows (paper and code), C automatic; fcr runs exactly these."""
+    import umap
+    from sklearn.cluster import KMeans
 
-    assert (CODE_KMEANS_SEED, CODE_UMAP_SEED) == (43, 42)
-    assert defaults(fcr) == dict(k=5, gamma=1.0, distance="min", n_neighbors=15, min_dist=0.1, metric="euclidean",
-                                 n_components=2, umap_transform=False, num_clusters=None, hc_on="adjacency_rows",
-                                 n_init=10, seed=None)
-    assert defaults(client_centres) == dict(k=5, seed=43, n_init=10)
-    assert defaults(embed_centres) == dict(n_neighbors=15, min_dist=0.1, metric="euclidean", seed=42, n_components=2,
-                                           transform=False)
-    assert defaults(relatedness) == dict(gamma=1.0, distance="min", num_clusters=None, hc_on="adjacency_rows",
-                                         centres=None)
+    emb, _ = planted(m=6, clusters=2, k=5, n=12, dim=4)
+    centres = client_centres(emb)
+    want = np.stack([KMeans(5, random_state=43, n_init=10).fit(e).cluster_centers_ for e in emb])
+    np.testing.assert_array_equal(centres, want)
+    z = embed_centres(centres)
+    reducer = umap.UMAP(n_neighbors=15, min_dist=0.1, metric="euclidean", n_components=2, random_state=42)
+    np.testing.assert_array_equal(z, reducer.fit_transform(centres.reshape(30, 4)).astype(np.float64).reshape(6, 5, 2))
+    distances = client_distances(z, "min")
+    adjacency = threshold_adjacency(distances, 1.0)
+    clusters, _ = hierarchical_clusters(adjacency, None, on="rows")
+    for result in (relatedness(z), fcr(emb)):
+        np.testing.assert_array_equal(result.distances, distances)
+        np.testing.assert_array_equal(result.adjacency, adjacency)
+        np.testing.assert_array_equal(result.clusters, clusters)
+    assert fcr(emb).params == dict(gamma=1.0, distance="min", num_clusters=None, hc_on="adjacency_rows", k=5,
+                                   n_neighbors=15, min_dist=0.1, metric="euclidean", n_components=2,
+                                   umap_transform=False, n_init=10, seed=None)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("m, k, neighbours", [(4, 2, 7), (2, 3, 5)])
+def test_umap_neighbours_clipped_to_the_other_centres(m, k, neighbours):
+    """UMAP cannot have more neighbours than the M*k - 1 other centres: 8 centres use 7, 6 use 5
+    (umap-learn called directly with those)."""
+    import umap
+
+    centres = np.random.default_rng(5).normal(size=(m, k, 3))
+    reducer = umap.UMAP(n_neighbors=neighbours, min_dist=0.1, n_components=2, random_state=42)
+    want = reducer.fit_transform(centres.reshape(m * k, 3)).astype(np.float64).reshape(m, k, 2)
+    np.testing.assert_array_equal(embed_centres(centres, n_neighbors=15), want)
 
 
 def test_identity_adjacency_when_far_apart():
@@ -127,6 +149,22 @@ def test_hierarchical_clusters_exactly_c(on):
     for c in (2, 3, 4, 7, 12):
         assert len(np.unique(hierarchical_clusters(tied, c, on="rows")[0])) == c
     assert len(np.unique(hierarchical_clusters(tied, None, on="rows")[0])) == 3
+
+
+def test_automatic_number_of_clusters_cuts_at_the_largest_merge_height_gap():
+    """C automatic (FLT's code): cut where consecutive Ward merge heights jump most.  Points 0, 10, 11, 12
+    merge at heights ~1, ~1.7 and ~19: the jump is before the last merge, so C = 2 ({0} and the rest), not
+    the 3 that the merges' sizes (2, 3, 4) would give; 3 points at 0, 1, 10 give 2; 2 points give 2."""
+    def line(*xs):
+        x = np.array(xs, dtype=float)
+        return np.abs(x[:, None] - x[None])
+
+    labels, z = hierarchical_clusters(line(0, 10, 11, 12), None)
+    assert np.argmax(np.diff(np.sort(z[:, 2]))) == 1
+    assert labels[0] != labels[1] == labels[2] == labels[3]
+    three = hierarchical_clusters(line(0, 1, 10), None)[0]
+    assert three[0] == three[1] != three[2]
+    assert len(set(hierarchical_clusters(line(0, 5), None)[0])) == 2
 
 
 @pytest.mark.parametrize("how", ["min", "matching"])
@@ -182,6 +220,18 @@ def test_pca_signatures_are_each_clients_own_pca_then_kmeans():
     for f, centres in zip(feats, pooled):
         np.testing.assert_allclose(centres, KMeans(2, random_state=5, n_init=2).fit(pca.transform(f)).cluster_centers_)
     assert pca_signatures(feats, n_components=50, k=2, seed=0, n_init=1).shape == (3, 2, 20)  # clipped to d
+    # the code's settings by default (q = 128, clipped to d = 20; k = 5; seed 43; n_init 10), computed in float64
+    # whatever the features' dtype (an encoder's are float32)
+    as_float32 = [f.astype(np.float32) for f in feats]
+    same_values = [f.astype(np.float64) for f in as_float32]
+    np.testing.assert_allclose(pca_signatures(as_float32),
+                               pca_signatures(same_values, n_components=128, k=5, seed=43, n_init=10), rtol=0, atol=1e-10)
+    for empty in (np.empty((0, 20)), []):  # a clear error, for the signatures and for the encoder's centres
+        with pytest.raises(ValueError, match="a client has no samples"):
+            pca_signatures([feats[0], empty], n_components=10, k=2)
+        with pytest.raises(ValueError, match="a client has no samples"):
+            client_centres([feats[0], empty], k=2)
+    assert pca_signatures([feats[0], feats[1][:1]], n_components=10, k=2, n_init=1).shape == (2, 2, 10)  # one row: repeated
 
 
 def test_figures_written(planted_fcr, tmp_path, saved_figures):

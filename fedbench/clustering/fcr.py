@@ -84,10 +84,17 @@ class FCRResult:
 # --------------------------------------------------------------------------- client side
 
 
-def _kmeans_centres(x: np.ndarray, k: int, seed: int, n_init: int | str) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+def _client_rows(x) -> np.ndarray:
+    """One client's samples as float64 rows [n, features]; an empty client is an error (checked before the
+    reshape, which cannot infer the width of zero rows)."""
+    x = np.asarray(x, dtype=np.float64)
     if len(x) == 0:
         raise ValueError("a client has no samples")
+    return x.reshape(len(x), -1)
+
+
+def _kmeans_centres(x: np.ndarray, k: int, seed: int, n_init: int | str) -> np.ndarray:
+    x = _client_rows(x)
     if len(x) <= k:
         # Fewer samples than centres: the samples themselves are the centres, repeated
         # cyclically up to k (the code repeats data the same way for its PCA baseline).
@@ -137,7 +144,7 @@ def pca_signatures(
 
     ``n_components`` is clipped to the feature dimension.  Returns [M, k, n_components].
     """
-    feats = [np.asarray(f, dtype=np.float64).reshape(len(f), -1) for f in client_features]
+    feats = [_client_rows(f) for f in client_features]
     d = feats[0].shape[1]
     q = min(n_components, d)
     if fit == "pooled":
@@ -146,8 +153,6 @@ def pca_signatures(
     elif fit == "client":
         projected = []
         for f in feats:
-            if len(f) == 0:
-                raise ValueError("a client has no samples")
             if len(f) < q:
                 f = f[np.arange(q) % len(f)]  # the code repeats the data up to n_components rows
             projected.append(PCA(n_components=q, random_state=seed).fit_transform(f))

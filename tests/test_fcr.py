@@ -80,6 +80,13 @@ def test_fcr_runs_algorithm_2_with_every_setting_passed_through(seed, kmeans_see
     np.testing.assert_array_equal(result.clusters, clusters)
     np.testing.assert_array_equal(result.linkage, linkage)
     assert result.params == settings
+    # Ward on Ã's rows (the default HC) into a given C, not the automatic one
+    adjacency = threshold_adjacency(distances, 0.8)
+    automatic = len(set(hierarchical_clusters(adjacency, None, on="rows")[0]))
+    given = automatic + 1 if automatic < 8 else 2
+    rows = relatedness(z, gamma=0.8, distance="matching", num_clusters=given)
+    assert len(set(rows.clusters)) == given
+    np.testing.assert_array_equal(rows.clusters, hierarchical_clusters(adjacency, given, on="rows")[0])
 
 
 @pytest.mark.filterwarnings("ignore")  # umap-learn's notices on 30 points
@@ -102,6 +109,7 @@ def test_defaults_are_the_papers_and_the_codes_settings():
     distances = client_distances(z, "min")
     adjacency = threshold_adjacency(distances, 1.0)
     clusters, _ = hierarchical_clusters(adjacency, None, on="rows")
+    np.testing.assert_array_equal(relatedness(z).centres, z)  # no centres given: the signatures themselves
     for result in (relatedness(z), fcr(emb)):
         np.testing.assert_array_equal(result.distances, distances)
         np.testing.assert_array_equal(result.adjacency, adjacency)
@@ -159,12 +167,18 @@ def test_automatic_number_of_clusters_cuts_at_the_largest_merge_height_gap():
         x = np.array(xs, dtype=float)
         return np.abs(x[:, None] - x[None])
 
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
     labels, z = hierarchical_clusters(line(0, 10, 11, 12), None)
+    np.testing.assert_array_equal(z, linkage(squareform(line(0, 10, 11, 12)), "ward"))  # Ward on A by default
     assert np.argmax(np.diff(np.sort(z[:, 2]))) == 1
     assert labels[0] != labels[1] == labels[2] == labels[3]
     three = hierarchical_clusters(line(0, 1, 10), None)[0]
     assert three[0] == three[1] != three[2]
     assert len(set(hierarchical_clusters(line(0, 5), None)[0])) == 2
+    one, no_merges = hierarchical_clusters(line(3), None)  # a single client: its own cluster, no merge
+    assert one.tolist() == [0] and one.dtype == np.int64 and no_merges.shape == (0, 4)
 
 
 @pytest.mark.parametrize("how", ["min", "matching"])
@@ -199,6 +213,8 @@ def test_client_centres_and_small_clients():
     c = client_centres(emb, k=3, seed=0, n_init=1)
     assert c.shape == (4, 3, 4)
     np.testing.assert_array_equal(c[3], emb[3][[0, 1, 0]])
+    # one centre: k-means' single centre is the client's mean
+    np.testing.assert_allclose(client_centres(emb, k=1, seed=0, n_init=1)[:, 0], [e.mean(0) for e in emb], atol=1e-12)
 
 
 def test_pca_signatures_are_each_clients_own_pca_then_kmeans():

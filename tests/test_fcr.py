@@ -7,6 +7,7 @@ Only the module-scoped ``planted_fcr`` fixture runs UMAP (its first call compile
 
 from __future__ import annotations
 
+import importlib
 import itertools
 
 import numpy as np
@@ -24,6 +25,8 @@ from fedbench.clustering import (
     threshold_adjacency,
 )
 from fedbench.clustering.fcr import CODE_KMEANS_SEED, CODE_UMAP_SEED
+
+FCR_MODULE = importlib.import_module("fedbench.clustering.fcr")  # the package's name `fcr` is the function
 
 
 def planted(m=20, clusters=4, k=3, n=30, dim=16, seed=0, scale=10.0):
@@ -194,15 +197,21 @@ def test_min_distance_brute_force():
     want = np.array([[min(np.linalg.norm(p[i, r] - p[j, s]) for r in range(3) for s in range(3))
                       for j in range(5)] for i in range(5)])
     np.testing.assert_allclose(client_distances(p, "min", block_bytes=1), want, atol=1e-12)
+    np.testing.assert_allclose(client_distances(p), want, atol=1e-12)  # the paper's min distance by default
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])
-def test_matching_distance_brute_force(k):
-    """The code's min_matching_distance: min over permutations of sqrt(sum of squared) / k."""
+def test_matching_distance_brute_force(k, monkeypatch):
+    """The code's min_matching_distance: min over permutations of sqrt(sum of squared) / k, by the bitmask
+    DP and by the Hungarian fallback."""
     p = np.random.default_rng(3).normal(size=(6, k, 3))
     want = np.array([[min(np.sqrt(sum(np.sum((p[i, r] - p[j, perm[r]]) ** 2) for r in range(k))) / k
                           for perm in itertools.permutations(range(k)))
                       for j in range(6)] for i in range(6)])
+    np.testing.assert_allclose(client_distances(p, "matching"), want, atol=1e-12)
+    np.testing.assert_allclose(client_distances(p, "matching", block_bytes=1), want, atol=1e-12)
+    # above MAX_DP_K centres the exact DP gives way to per-pair Hungarian matching (scipy), as exact
+    monkeypatch.setattr(FCR_MODULE, "MAX_DP_K", 0)
     np.testing.assert_allclose(client_distances(p, "matching"), want, atol=1e-12)
     np.testing.assert_allclose(client_distances(p, "matching", block_bytes=1), want, atol=1e-12)
 
@@ -210,9 +219,13 @@ def test_matching_distance_brute_force(k):
 def test_client_centres_and_small_clients():
     emb, _ = planted(m=3, n=10, dim=4)
     emb.append(np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]))  # fewer samples than k
+    emb.append(np.array([[9.0, 8.0, 7.0, 6.0]]))  # one sample
+    emb.append(np.arange(12.0).reshape(3, 4)[::-1])  # exactly k samples: themselves, in their order
     c = client_centres(emb, k=3, seed=0, n_init=1)
-    assert c.shape == (4, 3, 4)
+    assert c.shape == (6, 3, 4)
     np.testing.assert_array_equal(c[3], emb[3][[0, 1, 0]])
+    np.testing.assert_array_equal(c[4], emb[4][[0, 0, 0]])
+    np.testing.assert_array_equal(c[5], emb[5])
     # one centre: k-means' single centre is the client's mean
     np.testing.assert_allclose(client_centres(emb, k=1, seed=0, n_init=1)[:, 0], [e.mean(0) for e in emb], atol=1e-12)
 

@@ -77,6 +77,7 @@ def assert_same(got, want, atol=1e-5):
 PLAIN = LocalSGD(epochs=2, batch_size=8, lr=0.1)
 ALL_TERMS = LocalSGD(epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=1e-2, prox_mu=0.5)
 NO_MOMENTUM = LocalSGD(epochs=2, batch_size=8, lr=0.1, weight_decay=1e-2, prox_mu=0.5)
+EQUAL_TERMS = LocalSGD(epochs=2, batch_size=8, lr=0.1, weight_decay=0.1, prox_mu=0.1)  # wd - mu = 0: both terms still apply
 
 
 # the three step implementations of the trainer
@@ -86,21 +87,41 @@ STEPS = {"fused": {}, "wide": {"fused_mlp": False}, "vmap": {"fused_mlp": False,
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("step", list(STEPS))
 @pytest.mark.parametrize("chunk_size", [None, 3])
-@pytest.mark.parametrize("hp", [PLAIN, NO_MOMENTUM, ALL_TERMS], ids=["sgd", "wd-prox", "momentum-wd-prox"])
+@pytest.mark.parametrize("hp", [PLAIN, NO_MOMENTUM, ALL_TERMS, EQUAL_TERMS],
+                         ids=["sgd", "wd-prox", "momentum-wd-prox", "wd-equals-prox"])
 def test_matches_reference(device, step, chunk_size, hp):
     """Unequal clients (a zero-sample one, short last batches, 1 to 9 steps per epoch), 2 epochs,
-    chunks that cut the step-sorted order, weight decay + prox about a separate center, with and
-    without momentum."""
+    chunks that cut the step-sorted order, weight decay + prox about a separate center (also with
+    equal coefficients), with and without momentum; neither trainer touches the model it was given."""
     counts = [37, 5, 20, 0, 64, 13, 24, 70]
     model = mlp()
+    given = model_weights(model)
     data = make_data(counts, device)
     center = perturbed_start(model, len(counts), seed=7)
     got, want, start = run_both(model, data, hp, center=center, chunk_size=chunk_size, **STEPS[step])
     assert_same(got, want)
+    assert all(torch.equal(v, given[k]) for k, v in model_weights(model).items())
     for k in start:  # training moved every client with data, and only those
         moved = (got[0][k] - start[k]).flatten(1).abs().amax(1) > 0
         assert moved.tolist() == [c > 0 for c in counts], k
     assert got[1][3] == 0 and torch.all(got[1][[0, 1, 2, 4]] > 0)
+
+
+def test_the_hand_written_step_takes_only_biased_linear_relu_stacks():
+    """``fused_mlp.linear_stack``: ``[Flatten,] Linear, ReLU, ..., Linear`` with biases (the Flatten needed
+    unless the samples are 1-D) gives its layers' (weight, bias) names; anything else gives None and
+    takes the generic step."""
+    from fedbench.engine.fused_mlp import linear_stack
+
+    flat = nn.Sequential(nn.Flatten(), nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    assert linear_stack(flat, input_dims=2) == [("1.weight", "1.bias"), ("3.weight", "3.bias")]
+    vectors = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    assert linear_stack(vectors, input_dims=1) == [("0.weight", "0.bias"), ("2.weight", "2.bias")]
+    assert linear_stack(vectors, input_dims=2) is None  # images need the Flatten
+    for other in (nn.Sequential(nn.Flatten(), nn.Linear(4, 3, bias=False), nn.ReLU(), nn.Linear(3, 2)),
+                  nn.Sequential(nn.Flatten(), nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)),
+                  nn.Sequential(nn.Flatten(start_dim=2), nn.Linear(4, 2))):
+        assert linear_stack(other, input_dims=2) is None
 
 
 @pytest.mark.parametrize("step", ["wide", "vmap"])

@@ -60,8 +60,9 @@ def test_fcr_recovers_planted_clusters(planted_fcr):
 @pytest.mark.parametrize("seed, kmeans_seed, umap_seed", [(7, 7, 7), (None, CODE_KMEANS_SEED, CODE_UMAP_SEED)])
 def test_fcr_runs_algorithm_2_with_every_setting_passed_through(seed, kmeans_seed, umap_seed):
     """Algorithm 2, lines 10-21, with none of fcr's defaults: M_m = kMEANS(E_m) (the given seed, or the
-    code's 43), Z = UMAP(M) of all centres jointly -- umap-learn called here directly, fit then transform
-    (the code's reading), the given seed or the code's 42 --, A by the code's matching distance, Ã = [A < γ],
+    code's 43), Z = UMAP(M) fitted on all centres jointly and, the code's reading, each client's centres
+    transformed on their own (umap-learn called here directly; the given seed or the code's 42), A by the
+    code's matching distance, Ã = [A < γ],
     Ward on A into C clusters.  fcr's result equals the steps run one by one and records its settings."""
     import umap
 
@@ -70,9 +71,11 @@ def test_fcr_runs_algorithm_2_with_every_setting_passed_through(seed, kmeans_see
                     n_components=3, umap_transform=True, num_clusters=3, hc_on="distances", n_init=2, seed=seed)
     result = fcr(emb, **settings)
     centres = client_centres(emb, 2, kmeans_seed, 2)
-    x = centres.reshape(16, 5)
     reducer = umap.UMAP(n_neighbors=5, min_dist=0.3, metric="manhattan", n_components=3, random_state=umap_seed)
-    z = reducer.fit(x).transform(x).astype(np.float64).reshape(8, 2, 3)
+    reducer.fit(centres.reshape(16, 5))
+    z = np.stack([reducer.transform(c) for c in centres]).astype(np.float64)  # client by client, as the code
+    fitted = reducer.embedding_.reshape(8, 2, 3)
+    assert not np.allclose(z, fitted)  # (transforming all centres at once would return the fitted embedding)
     distances = client_distances(z, "matching")
     clusters, linkage = hierarchical_clusters(distances, 3, on="distances")
     np.testing.assert_array_equal(result.centres, centres)

@@ -146,7 +146,12 @@ def test_identity_adjacency_when_far_apart():
 
 def test_threshold_strict_and_self_loops():
     d = np.array([[5.0, 1.0, 0.5], [1.0, 5.0, 2.0], [0.5, 2.0, 5.0]])
-    np.testing.assert_array_equal(threshold_adjacency(d, 1.0), [[1, 0, 1], [0, 1, 0], [1, 0, 1]])
+    adjacency = threshold_adjacency(d, 1.0)
+    np.testing.assert_array_equal(adjacency, [[1, 0, 1], [0, 1, 0], [1, 0, 1]])
+    assert adjacency.dtype == np.int64
+    # relatedness's default γ is the code's 1: clients 1.5 apart are not linked (γ = 2 would link them)
+    points = np.array([0.0, 1.5, 5.0]).reshape(3, 1, 1)
+    np.testing.assert_array_equal(relatedness(points, num_clusters=3).adjacency, np.eye(3))
 
 
 @pytest.mark.parametrize("on", ["distances", "rows"])
@@ -183,6 +188,9 @@ def test_automatic_number_of_clusters_cuts_at_the_largest_merge_height_gap():
     three = hierarchical_clusters(line(0, 1, 10), None)[0]
     assert three[0] == three[1] != three[2]
     assert len(set(hierarchical_clusters(line(0, 5), None)[0])) == 2
+    assert labels.dtype == np.int64
+    rows = np.array([[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 1, 1, 1]])  # Ã's rows as feature vectors: Ward
+    np.testing.assert_array_equal(hierarchical_clusters(rows, 2, on="rows")[1], linkage(rows, "ward", metric="euclidean"))
     one, no_merges = hierarchical_clusters(line(3), None)  # a single client: its own cluster, no merge
     assert one.tolist() == [0] and one.dtype == np.int64 and no_merges.shape == (0, 4)
 
@@ -252,6 +260,8 @@ def test_pca_signatures_are_each_clients_own_pca_then_kmeans():
     for f, centres in zip(feats, pooled):
         np.testing.assert_allclose(centres, KMeans(2, random_state=5, n_init=2).fit(pca.transform(f)).cluster_centers_)
     assert pca_signatures(feats, n_components=50, k=2, seed=0, n_init=1).shape == (3, 2, 20)  # clipped to d
+    wide = [rng.normal(size=(140, 130))]  # more features than the code's 128 components
+    assert pca_signatures(wide, n_init=1).shape == (1, 5, 128)
     # the code's settings by default (q = 128, clipped to d = 20; k = 5; seed 43; n_init 10), computed in float64
     # whatever the features' dtype (an encoder's are float32)
     as_float32 = [f.astype(np.float32) for f in feats]

@@ -215,6 +215,7 @@ def test_step_schedule_by_hand():
     counts = [21, 16, 13, 13, 5]
     assert vectorised.step_schedule(counts, 8, exact=True) == [[(0, 4, 8), (4, 5, 5)], [(0, 2, 8), (2, 4, 5)], [(0, 1, 5)]]
     assert vectorised.step_schedule(counts, 8, exact=False) == [[(0, 5, 8)], [(0, 4, 8)], [(0, 1, 8)]]
+    assert vectorised.step_schedule([], 8, exact=True) == [] == vectorised.step_schedule([], 8, exact=False)  # no client
 
 
 class ChannelMixer(nn.Module):

@@ -125,9 +125,11 @@ def test_the_hand_written_step_takes_only_biased_linear_relu_stacks():
 
 
 @pytest.mark.parametrize("step", ["wide", "vmap"])
-def test_generic_model_matches_reference(step):
-    """A model the hand-written step does not cover (Tanh) takes the wide or the vmap path."""
-    model = nn.Sequential(nn.Linear(FEATURES, 12), nn.Tanh(), nn.Linear(12, CLASSES))
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_generic_model_matches_reference(step, bias):
+    """A model the hand-written step does not cover (Tanh; a Linear without bias) takes the wide or the
+    vmap path."""
+    model = nn.Sequential(nn.Linear(FEATURES, 12, bias=bias), nn.Tanh(), nn.Linear(12, CLASSES))
     trainer = VectorisedTrainer(model, make_data([4]), **STEPS[step])
     assert trainer.step_kind == step
     got, want, _ = run_both(model, make_data([17, 9, 30]), ALL_TERMS, **STEPS[step])

@@ -77,7 +77,7 @@ def assert_same(got, want, atol=1e-5):
 PLAIN = LocalSGD(epochs=2, batch_size=8, lr=0.1)
 ALL_TERMS = LocalSGD(epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=1e-2, prox_mu=0.5)
 NO_MOMENTUM = LocalSGD(epochs=2, batch_size=8, lr=0.1, weight_decay=1e-2, prox_mu=0.5)
-EQUAL_TERMS = LocalSGD(epochs=2, batch_size=8, lr=0.1, weight_decay=0.1, prox_mu=0.1)  # wd - mu = 0: both terms still apply
+EQUAL_TERMS = LocalSGD(epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=0.1, prox_mu=0.1)  # wd - mu = 0: both still apply
 
 
 # the three step implementations of the trainer
@@ -88,7 +88,7 @@ STEPS = {"fused": {}, "wide": {"fused_mlp": False}, "vmap": {"fused_mlp": False,
 @pytest.mark.parametrize("step", list(STEPS))
 @pytest.mark.parametrize("chunk_size", [None, 3])
 @pytest.mark.parametrize("hp", [PLAIN, NO_MOMENTUM, ALL_TERMS, EQUAL_TERMS],
-                         ids=["sgd", "wd-prox", "momentum-wd-prox", "wd-equals-prox"])
+                         ids=["sgd", "wd-prox", "momentum-wd-prox", "momentum-wd-equals-prox"])
 def test_matches_reference(device, step, chunk_size, hp):
     """Unequal clients (a zero-sample one, short last batches, 1 to 9 steps per epoch), 2 epochs,
     chunks that cut the step-sorted order, weight decay + prox about a separate center (also with

@@ -1,6 +1,6 @@
 """Mutation testing of the library's core with mutmut 3, one module group at a time.
 
-    python scripts/mutation.py                    # every group (about an hour on 2 cores), then the summary
+    python scripts/mutation.py                    # every group (several hours on 2 cores), then the summary
     python scripts/mutation.py --groups fedmr     # one group
     python scripts/mutation.py --summary          # the table of the last runs, nothing run
     python scripts/mutation.py --fresh ...        # forget earlier results (after the library changed)

@@ -179,7 +179,9 @@ def embed_centres(
     umap-learn defaults as the code (n_neighbors 15, min_dist 0.1, random_state 42; a fixed
     seed makes UMAP single-threaded and deterministic).  ``n_neighbors`` is clipped to
     M*k - 1.  ``transform=True`` mimics the code: ``fit`` on all centres, then ``transform`` of
-    each client's centres on their own, instead of the fitted embedding.  The first UMAP call of a process compiles numba code (~20-40 s).
+    each client's centres on their own (one ``transform`` of all of them would return the fitted
+    embedding: umap-learn recognises its training data).  The first UMAP call of a process
+    compiles numba code (~20-40 s).
     """
     centres = np.asarray(centres, dtype=np.float64)
     m, k, e = centres.shape
@@ -195,8 +197,7 @@ def embed_centres(
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # n_jobs overridden by random_state, small-data notices
-            if transform:  # the code: fit on all centres, then transform(centres_m) client by client (one call
-                # on all of them would return the fitted embedding: umap-learn recognises its training data)
+            if transform:
                 reducer.fit(x)
                 z = np.stack([reducer.transform(c) for c in centres])
             else:

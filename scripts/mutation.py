@@ -72,7 +72,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     ),
     "engine_eval": (  # the clients' data on the device, evaluation, memory estimates, device choice
         ["fedbench/engine/" + m for m in ("federated_data.py", "evaluate.py", "memory.py", "device.py")],
-        ["tests/test_evaluate.py", "tests/test_job_memory.py", "tests/test_engine.py", "tests/test_cost.py"],
+        ["tests/test_evaluate.py", "tests/test_job_memory.py", "tests/test_engine.py", "tests/test_cost.py",
+         "tests/test_device_and_data.py"],
     ),
     "results": (
         ["fedbench/results/scorecard.py", "fedbench/results/agreement.py"],

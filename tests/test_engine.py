@@ -15,6 +15,7 @@ from torch import nn
 
 import fedbench.engine.vectorised as vectorised
 from fedbench.engine.batches import make_batch_plan
+from fedbench.engine.evaluate import evaluate_clients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.reference import ReferenceTrainer
@@ -232,15 +233,119 @@ class ChannelMixer(nn.Module):
         return self.fc(torch.softmax(self.conv(x), 1).flatten(1))
 
 
+class OffsetChannelMixer(ChannelMixer):
+    """Logits near 10 (the bias), which the mixing moves by a few per cent only: still refused (the
+    fold check allows float rounding, not errors of a few per cent)."""
+
+    def __init__(self):
+        super().__init__()
+        nn.init.constant_(self.fc.bias, 10.0)
+
+
+class EvalModeChannelMixer(ChannelMixer):
+    """Mixes channels in evaluation mode only: the fold check must run the evaluation mode too."""
+
+    def forward(self, x):
+        h = self.conv(x)
+        return self.fc((h if self.training else h - h.mean(1, keepdim=True)).flatten(1))
+
+
+class RunningStatsAcrossClients(ChannelMixer):
+    """A BatchNorm (running statistics only) fed the channels rolled by one, its output unused: the
+    logits fold, but in the wide model one client's channel lands in the other's running
+    statistics -- only the check of the running statistics after a training-mode pass refuses it."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(2, affine=False)
+
+    def forward(self, x):
+        h = self.conv(x)
+        self.bn(h.roll(1, 1))
+        return self.fc(h.flatten(1))
+
+
 @pytest.mark.parametrize(
     "model",
-    [ChannelMixer(), nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Flatten(), nn.Linear(4 * 6 * 6, CLASSES))],
-    ids=["channel-mixing-forward", "groupnorm"],
+    [ChannelMixer(), nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Flatten(), nn.Linear(4 * 6 * 6, CLASSES)),
+     OffsetChannelMixer(), EvalModeChannelMixer(), RunningStatsAcrossClients(),
+     nn.Sequential(nn.Linear(8, 5), nn.Flatten(), nn.Linear(3 * 8 * 5, CLASSES)),
+     nn.Sequential(nn.Conv2d(3, 4, 3), nn.PReLU(4), nn.Flatten(), nn.Linear(4 * 6 * 6, CLASSES))],
+    ids=["channel-mixing-forward", "groupnorm", "mixing-by-a-few-per-cent", "mixing-in-eval-mode-only",
+         "running-stats-across-clients", "linear-over-the-last-axis", "unknown-layer-prelu"],
 )
 def test_unfoldable_models_take_vmap(model):
+    """``widen`` refuses them and the trainer takes vmap: a forward that mixes the folded clients'
+    channels (strongly, by a few per cent, in evaluation mode only, or only in a BatchNorm's running
+    statistics), a GroupNorm, a Linear over the last axis of image samples (the wide Linear raises
+    on it: an error in the check means refusal), and a layer with parameters that ``widen`` does not
+    know (a channel-wise PReLU: refused as documented, although it happens to fold)."""
     trainer = VectorisedTrainer(model, make_images([9, 4]))
     assert trainer.step_kind == "vmap"
     got, want, _ = run_both(model, make_images([9, 4]), ALL_TERMS)
+    assert_same(got, want)
+
+
+def test_widen_refuses_a_cumulative_batchnorm():
+    """``BatchNorm(momentum=None)`` weights batch t by 1/t, counted in ``num_batches_tracked`` -- a
+    counter the wide model keeps only as a scratch scalar; the first batch would pass the check."""
+    model = nn.Sequential(nn.Linear(FEATURES, 10), nn.BatchNorm1d(10, momentum=None), nn.ReLU(), nn.Linear(10, CLASSES))
+    assert widen(model, (FEATURES,)) is None
+
+
+def test_a_batchnorm_model_with_small_running_variances_folds():
+    """Running variances of 1e-3 (as after training on small activations): the fold check's
+    perturbed copies keep every client's variance positive, so the check does not fail on NaNs."""
+    model = nn.Sequential(nn.Linear(FEATURES, 10), nn.BatchNorm1d(10), nn.ReLU(), nn.Linear(10, CLASSES))
+    model[1].running_var.fill_(1e-3)
+    assert widen(model, (FEATURES,)) is not None
+
+
+@pytest.mark.parametrize("build", [ResidualNet, vgg_block], ids=["bias-free-convs", "biased-convs"])
+def test_the_wide_twin_keeps_the_models_names(build):
+    """``widen``'s twin has the model's parameter and buffer names (its Conv2d and Linear weights
+    and biases included), the names the stacked client weights are called with."""
+    model = build()
+    wide = widen(model, (3, 8, 8))
+    assert [n for n, _ in wide.named_parameters()] == [n for n, _ in model.named_parameters()]
+    assert [n for n, _ in wide.named_buffers()] == [n for n, _ in model.named_buffers()]
+
+
+def test_wide_input_by_hand():
+    """Client j's b-th sample lands in row b of the wide input, in client j's block of channels:
+    rows ``idx = [[0, 1, 2], [5, 4, 3]]`` of 6 samples of 2 features, and of 6 scalar samples."""
+    idx = torch.tensor([[0, 1, 2], [5, 4, 3]])
+    features = torch.arange(12.0).view(6, 2)  # sample i: [2i, 2i + 1]
+    expected = torch.tensor([[0.0, 1, 10, 11], [2, 3, 8, 9], [4, 5, 6, 7]])
+    assert torch.equal(wide_input(features, idx), expected)
+    scalars = torch.arange(6.0) * 10  # sample i: 10 i
+    assert torch.equal(wide_input(scalars, idx), torch.tensor([[0.0, 50], [10, 40], [20, 30]]))
+
+
+def test_the_trainer_picks_its_step():
+    """Linear/ReLU stacks take the hand-written step (a leading Flatten optional for vector samples)
+    unless ``fused_mlp=False``, then the wide model unless ``wide=False``, then vmap; ``step_kind``
+    names the step (the benchmarks report it)."""
+    data = make_data([4])
+    assert VectorisedTrainer(mlp(), data).step_kind == "fused_mlp"
+    no_flatten = nn.Sequential(nn.Linear(FEATURES, 8), nn.ReLU(), nn.Linear(8, CLASSES))
+    assert VectorisedTrainer(no_flatten, data).step_kind == "fused_mlp"
+    assert VectorisedTrainer(mlp(), data, fused_mlp=False).step_kind == "wide"
+    assert VectorisedTrainer(mlp(), data, fused_mlp=False, wide=False).step_kind == "vmap"
+
+
+def test_training_after_an_evaluation_matches_reference():
+    """Evaluation runs the wide twin it shares with the trainer in evaluation mode; the next
+    training must switch it back (BatchNorm on batch statistics, running statistics updated)."""
+    model = nn.Sequential(nn.Linear(FEATURES, 10), nn.BatchNorm1d(10), nn.ReLU(), nn.Linear(10, CLASSES))
+    data = make_data([16, 24, 8])
+    trainer = VectorisedTrainer(model, data, fused_mlp=False)
+    assert trainer.step_kind == "wide"
+    start = perturbed_start(model, 3, seed=1)  # distinct clients: evaluated through the wide twin
+    evaluate_clients(model, start, data, data.test, torch.arange(3))
+    plan = make_batch_plan(data.train.counts, 2, 8, torch.Generator().manual_seed(1))
+    got = trainer.train(start, torch.arange(3), plan, ALL_TERMS)
+    want = ReferenceTrainer(model, data).train(start, torch.arange(3), plan, ALL_TERMS)
     assert_same(got, want)
 
 
@@ -316,6 +421,16 @@ def test_batch_plan_properties():
         assert sizes == per_epoch * 3  # DataLoader(shuffle=True, drop_last=False) batches
         if n:
             assert torch.equal(torch.cat(batches[: len(per_epoch)]), plan.order[c, 0, :n])
+
+
+def test_batch_plan_of_no_clients_and_of_single_samples():
+    """No clients: an empty plan (batch 1).  Clients of at most one sample: orders one position
+    wide (``[C, E, largest count]``), one batch of the one sample per epoch."""
+    empty = make_batch_plan(torch.zeros(0, dtype=torch.long), 2, 8, torch.Generator().manual_seed(0))
+    assert empty.order.shape == (0, 2, 1) and empty.batch_size == 1 and empty.steps_per_epoch.tolist() == []
+    plan = make_batch_plan(torch.tensor([1, 0]), 2, 8, torch.Generator().manual_seed(0))
+    assert plan.order.shape == (2, 2, 1) and plan.batch_size == 1 and plan.steps_per_epoch.tolist() == [1, 0]
+    assert [b.tolist() for b in plan.client_batches(0)] == [[0], [0]] and plan.client_batches(1) == []
 
 
 @pytest.mark.parametrize("step", ["wide", "vmap"])

@@ -65,7 +65,3 @@ def weighted_average(stacked: Weights, weights: torch.Tensor) -> Weights:
         else:
             out[k] = v.max(0).values
     return out
-
-
-def to_device(weights: Weights, device) -> Weights:
-    return {k: v.to(device) for k, v in weights.items()}

@@ -51,16 +51,34 @@ def test_peak_host_memory_is_the_kernels_peak_rss_in_mib():
     assert reported["peak_host_rss_mb"] == pytest.approx(kernel, abs=2.0)
 
 
+class _Usage:
+    def __init__(self, ru_maxrss):
+        self.ru_maxrss = ru_maxrss
+
+
+@pytest.mark.parametrize(("platform", "ru_maxrss", "mib"), [
+    ("linux", 1000 * 1024, 1000.0),             # Linux reports kB
+    ("linux", 1290, 1.3),                       # 1.2598 MiB, to one decimal
+    ("darwin", 3 * 2**20 + 2**18, 3.2),         # macOS reports bytes: 3.25 MiB rounds to 3.2 (half to even)
+    ("darwin", int(3.26 * 2**20), 3.3),
+])
+def test_peak_host_memory_reads_the_units_each_platform_reports(monkeypatch, platform, ru_maxrss, mib):
+    """``ru_maxrss`` is in kB on Linux and in bytes on macOS (getrusage(2) of each); MiB to one decimal."""
+    monkeypatch.setattr(device_module.sys, "platform", platform)
+    monkeypatch.setattr(device_module.resource, "getrusage", lambda who: _Usage(ru_maxrss))
+    assert peak_memory_mb(torch.device("cpu")) == {"peak_host_rss_mb": mib}
+
+
 def test_on_cuda_the_peak_allocated_device_memory_is_added_in_mib(monkeypatch):
     seen = []
 
     def max_memory_allocated(device):
         seen.append(device)
-        return 3 * 2**20 + 2**19  # 3.5 MiB
+        return int(3.26 * 2**20)  # 3.26 MiB: 3.3 to one decimal
 
     monkeypatch.setattr(device_module.torch.cuda, "max_memory_allocated", max_memory_allocated)
     reported = peak_memory_mb(torch.device("cuda", 0))
-    assert reported["peak_device_allocated_mb"] == 3.5
+    assert reported["peak_device_allocated_mb"] == 3.3
     assert seen == [torch.device("cuda", 0)]
     assert set(reported) == {"peak_host_rss_mb", "peak_device_allocated_mb"}
 
@@ -99,3 +117,5 @@ def test_client_index_pads_to_the_largest_client_and_keeps_an_empty_client_empty
     assert index.union.tolist() == [4, 7, 9]
     none = ClientIndex.from_lists([np.zeros(0, np.int64)], "cpu")
     assert none.index.shape == (1, 1) and none.mask().tolist() == [[False]]
+    no_clients = ClientIndex.from_lists([], "cpu")
+    assert no_clients.index.shape == (0, 1) and no_clients.counts.tolist() == []

@@ -211,3 +211,142 @@ def test_one_model_for_all_clients_is_scored_once_with_the_same_numbers():
                      for c in range(3)]
             for field in ("samples", "correct", "loss_sum", "macro_f1"):
                 np.testing.assert_allclose(getattr(together, field), [getattr(a, field)[0] for a in alone], rtol=1e-6)
+
+
+def test_models_that_do_not_fold_are_scored_client_by_client_with_their_own_weights():
+    """A model the wide twin refuses (a channel-wise PReLU) takes ``vmap``: each client's numbers
+    (row p of the weights for ``clients[p]``) equal its own model scored on its own rows in a plain
+    loop (sklearn's macro-F1)."""
+    from sklearn.metrics import f1_score
+
+    from fedbench.engine.wide_model import wide_twin
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(12, 3, generator=gen), torch.randint(0, 3, (12,), generator=gen)
+    index = ClientIndex.from_lists([np.arange(0, 5), np.arange(5, 7), np.arange(7, 12)], "cpu")
+    data = FederatedData(x, y, index, index, 3)
+    model = nn.Sequential(nn.Linear(3, 4), nn.PReLU(4), nn.Linear(4, 3))
+    assert wide_twin(model, data.input_shape) is None
+    stacked = {k: v + torch.randn(v.shape, generator=gen) for k, v in broadcast(model_weights(model), 3).items()}
+    scores = evaluate_clients(model, stacked, data, data.test, torch.tensor([2, 0, 1]))
+    for position, c in enumerate([2, 0, 1]):
+        rows = index.index[c, : int(index.counts[c])]
+        logits = torch.func.functional_call(model, {k: v[position] for k, v in stacked.items()}, (x[rows],))
+        assert scores.samples[position] == len(rows)
+        assert scores.correct[position] == int((logits.argmax(1) == y[rows]).sum())
+        want_loss = float(nn.functional.cross_entropy(logits, y[rows], reduction="sum"))
+        assert scores.loss_sum[position] == pytest.approx(want_loss, rel=1e-5)
+        want_f1 = f1_score(y[rows].numpy(), logits.argmax(1).numpy(), average="macro", zero_division=0)
+        assert scores.macro_f1[position] == pytest.approx(want_f1)
+
+
+def _shared_test_set_data(test_rows):
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(20, 5, generator=gen), torch.randint(0, 3, (20,), generator=gen)
+    train = ClientIndex.from_lists([np.arange(0, 4), np.arange(4, 8), np.arange(8, 12)], "cpu")
+    test = ClientIndex.from_lists([np.asarray(r) for r in test_rows], "cpu")
+    return FederatedData(x, y, train, test, 3)
+
+
+def test_one_shared_model_in_blocks_of_two_rows_scores_as_each_client_alone():
+    """Under a budget for two rows at a time (plus the weights), the shared path scores eight
+    distinct rows in four blocks; each client's numbers equal scoring it alone, unconstrained."""
+    data = _shared_test_set_data([[12, 13, 14, 15, 16], [14, 15, 16, 17, 18], [12, 19, 18]])
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+    same = broadcast(model_weights(model), 3)
+    weight_bytes = sum(v[0].numel() * v.element_size() for v in same.values())
+    two_rows_mb = (weight_bytes + 2 * evaluation_bytes_per_row(model, data.input_shape) + 0.5) / 2**20
+    together = evaluate_clients(model, same, data, data.test, torch.arange(3), memory_mb=two_rows_mb)
+    alone = [evaluate_clients(model, {k: v[[c]] for k, v in same.items()}, data, data.test, torch.tensor([c]))
+             for c in range(3)]
+    for field in ("samples", "correct", "loss_sum", "macro_f1"):
+        np.testing.assert_allclose(getattr(together, field), [getattr(a, field)[0] for a in alone], rtol=1e-6)
+
+
+def test_one_shared_model_scores_clients_of_one_test_row_each():
+    """Clients holding one test row each (an index one column wide) on the shared path: each
+    client's row is right or wrong as the model's argmax says."""
+    data = _shared_test_set_data([[12], [13], [14], []])
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 3))
+    scores = evaluate_clients(model, broadcast(model_weights(model), 4), data, data.test, torch.arange(4))
+    with torch.no_grad():
+        right = (model(data.x[12:15]).argmax(1) == data.y[12:15]).long().tolist()
+    np.testing.assert_array_equal(scores.samples, [1, 1, 1, 0])
+    np.testing.assert_array_equal(scores.correct, right + [0])
+    np.testing.assert_array_equal(scores.macro_f1[:3], right)  # one row: F1 1 if right, else 0
+    assert np.isnan(scores.macro_f1[3])
+
+
+def test_macro_f1_counts_a_label_seen_once_and_missed():
+    """Labels 0 and 1, both predicted 0: label 0 has F1 2/3, label 1 (one true row, never
+    predicted) F1 0, so macro-F1 is 1/3 (sklearn's value), not 2/3."""
+    from fedbench.engine.evaluate import macro_f1_from_confusion
+
+    np.testing.assert_allclose(macro_f1_from_confusion(torch.tensor([[[1, 0], [1, 0]]])), [1 / 3])
+
+
+def test_pooled_accuracy_of_one_sample():
+    """One client, one sample, right: pooled accuracy 1."""
+    scores = evaluate_module.Scores(np.array([1]), np.array([1]), np.array([0.5]), np.array([1.0]))
+    assert scores.summary()["acc_pooled"] == 1.0
+
+
+def test_size_buckets_by_hand():
+    """Sorted counts 1, 2 | 3, 4, 6 (slack 2: a group ends where a count exceeds twice its smallest;
+    6 is exactly twice 3 and stays); equal counts at most two a group: 2, 2, 1; no clients: no group."""
+    from fedbench.engine.evaluate import size_buckets
+
+    groups = size_buckets(torch.tensor([3, 1, 6, 2, 4]))
+    assert [sorted(g.tolist()) for g in groups] == [[1, 3], [0, 2, 4]]
+    assert [len(g) for g in size_buckets(torch.full((5,), 7), max_clients=2)] == [2, 2, 1]
+    assert size_buckets(torch.tensor([], dtype=torch.long)) == []
+
+
+def test_clients_per_pass_by_hand():
+    """Whole clients only: 100 bytes hold three of 30 (not 3.3), exactly one of 100, ten of 1;
+    never more than wanted; 101 bytes for one client do not fit 100."""
+    from fedbench.engine.memory import clients_per_pass
+
+    assert clients_per_pass(30, 100, 10, "evaluation") == 3
+    assert isinstance(clients_per_pass(30, 100, 10, "evaluation"), int)
+    assert clients_per_pass(100, 100, 5, "evaluation") == 1
+    assert clients_per_pass(1, 10, 100, "evaluation") == 10
+    assert clients_per_pass(30, 100, 2, "evaluation") == 2
+    assert clients_per_pass(30, 100, 1, "evaluation") == 1
+    with pytest.raises(MemoryBudgetError):
+        clients_per_pass(101, 100, 5, "evaluation")
+
+
+def test_format_mb_by_hand():
+    """Whole MB from 10 MB up (with thousands separators), three significant digits below."""
+    from fedbench.engine.memory import format_mb
+
+    assert format_mb(2_029_419 * 2**20) == "2,029,419 MB"
+    assert format_mb(10.4 * 2**20) == "10 MB"
+    assert format_mb(12 * 2**20) == "12 MB"
+    assert format_mb(0.0488 * 2**20) == "0.0488 MB"
+
+
+def test_memory_estimates_by_hand():
+    """Linear(4, 3) then BatchNorm1d(3), float32: weights 21 floats (84 bytes) plus buffers 6 floats
+    and one int64 counter (32 bytes); per sample the input (16 bytes) and two outputs of 12 bytes.
+    Training, 2 weight copies, batch 5: 2 * 116 + 2 * 40 * 5 = 632; evaluation: three times the
+    largest activation, the input: 48."""
+    from fedbench.engine.memory import training_bytes_per_client
+
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    assert training_bytes_per_client(model, (4,), 5, 2) == 632
+    assert evaluation_bytes_per_row(model, (4,)) == 48
+
+
+def test_the_default_budget_is_80_percent_of_the_given_cuda_devices_free_memory(monkeypatch):
+    """On CUDA (free memory read from the device given, here faked) 80 % of it; on the CPU 2,048 MB;
+    a budget given in MB is taken as given."""
+    from fedbench.engine.memory import budget_bytes
+
+    mb = 2**20
+    free = {torch.device("cuda", 1): (1000 * mb, 4000 * mb)}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: free[device])
+    assert budget_bytes(torch.device("cuda", 1), None) == 800 * mb
+    assert budget_bytes(torch.device("cpu"), None) == 2048 * mb
+    assert budget_bytes(torch.device("cuda", 1), 1.5) == int(1.5 * mb)

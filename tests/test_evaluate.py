@@ -6,16 +6,31 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.metrics import confusion_matrix, f1_score
 from torch import nn
 
 import fedbench.engine.evaluate as evaluate_module
 from fedbench.engine.batches import make_batch_plan
-from fedbench.engine.evaluate import evaluate_clients, evaluate_pooled
+from fedbench.engine.evaluate import (
+    cross_entropy_per_row,
+    evaluate_clients,
+    evaluate_pooled,
+    macro_f1_from_confusion,
+    size_buckets,
+)
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
-from fedbench.engine.memory import MemoryBudgetError, evaluation_bytes_per_row, training_bytes_per_client
+from fedbench.engine.memory import (
+    MemoryBudgetError,
+    budget_bytes,
+    clients_per_pass,
+    evaluation_bytes_per_row,
+    format_mb,
+    training_bytes_per_client,
+)
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
+from fedbench.engine.wide_model import wide_twin
 from fedbench.protocols import PROTOCOLS
 
 
@@ -155,10 +170,6 @@ def test_evaluation_restores_training_mode(data):
 def test_macro_f1_from_confusion_matches_scikit_learn():
     """Per-client macro-F1 from confusion matrices equals sklearn's f1_score(average="macro",
     zero_division=0), including labels missing from y_true or y_pred; an empty client is NaN."""
-    from sklearn.metrics import confusion_matrix, f1_score
-
-    from fedbench.engine.evaluate import macro_f1_from_confusion
-
     rng = np.random.default_rng(0)
     cases = [(rng.integers(0, 4, n), rng.integers(0, 5, n)) for n in (1, 3, 17, 40)]
     cases.append((np.array([2, 2, 2]), np.array([2, 2, 2])))  # one label, all right
@@ -171,8 +182,6 @@ def test_macro_f1_from_confusion_matches_scikit_learn():
 
 
 def test_size_buckets_bound_the_padding():
-    from fedbench.engine.evaluate import size_buckets
-
     counts = torch.tensor([5, 1000, 7, 0, 30, 2100, 9, 31, 1999])
     groups = size_buckets(counts)
     assert sorted(torch.cat(groups).tolist()) == list(range(len(counts)))
@@ -183,8 +192,6 @@ def test_size_buckets_bound_the_padding():
 
 
 def test_cross_entropy_per_row_equals_torch():
-    from fedbench.engine.evaluate import cross_entropy_per_row
-
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 7, 10, generator=g) * 20
     y = torch.randint(0, 10, (3, 7), generator=g)
@@ -217,10 +224,6 @@ def test_models_that_do_not_fold_are_scored_client_by_client_with_their_own_weig
     """A model the wide twin refuses (a channel-wise PReLU) takes ``vmap``: each client's numbers
     (row p of the weights for ``clients[p]``) equal its own model scored on its own rows in a plain
     loop (sklearn's macro-F1)."""
-    from sklearn.metrics import f1_score
-
-    from fedbench.engine.wide_model import wide_twin
-
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(12, 3, generator=gen), torch.randint(0, 3, (12,), generator=gen)
     index = ClientIndex.from_lists([np.arange(0, 5), np.arange(5, 7), np.arange(7, 12)], "cpu")
@@ -280,8 +283,6 @@ def test_one_shared_model_scores_clients_of_one_test_row_each():
 def test_macro_f1_counts_a_label_seen_once_and_missed():
     """Labels 0 and 1, both predicted 0: label 0 has F1 2/3, label 1 (one true row, never
     predicted) F1 0, so macro-F1 is 1/3 (sklearn's value), not 2/3."""
-    from fedbench.engine.evaluate import macro_f1_from_confusion
-
     np.testing.assert_allclose(macro_f1_from_confusion(torch.tensor([[[1, 0], [1, 0]]])), [1 / 3])
 
 
@@ -294,8 +295,6 @@ def test_pooled_accuracy_of_one_sample():
 def test_size_buckets_by_hand():
     """Sorted counts 1, 2 | 3, 4, 6 (slack 2: a group ends where a count exceeds twice its smallest;
     6 is exactly twice 3 and stays); equal counts at most two a group: 2, 2, 1; no clients: no group."""
-    from fedbench.engine.evaluate import size_buckets
-
     groups = size_buckets(torch.tensor([3, 1, 6, 2, 4]))
     assert [sorted(g.tolist()) for g in groups] == [[1, 3], [0, 2, 4]]
     assert [len(g) for g in size_buckets(torch.full((5,), 7), max_clients=2)] == [2, 2, 1]
@@ -305,8 +304,6 @@ def test_size_buckets_by_hand():
 def test_clients_per_pass_by_hand():
     """Whole clients only: 100 bytes hold three of 30 (not 3.3), exactly one of 100, ten of 1;
     never more than wanted; 101 bytes for one client do not fit 100."""
-    from fedbench.engine.memory import clients_per_pass
-
     assert clients_per_pass(30, 100, 10, "evaluation") == 3
     assert isinstance(clients_per_pass(30, 100, 10, "evaluation"), int)
     assert clients_per_pass(100, 100, 5, "evaluation") == 1
@@ -319,8 +316,6 @@ def test_clients_per_pass_by_hand():
 
 def test_format_mb_by_hand():
     """Whole MB from 10 MB up (with thousands separators), three significant digits below."""
-    from fedbench.engine.memory import format_mb
-
     assert format_mb(2_029_419 * 2**20) == "2,029,419 MB"
     assert format_mb(10.4 * 2**20) == "10 MB"
     assert format_mb(12 * 2**20) == "12 MB"
@@ -332,8 +327,6 @@ def test_memory_estimates_by_hand():
     and one int64 counter (32 bytes); per sample the input (16 bytes) and two outputs of 12 bytes.
     Training, 2 weight copies, batch 5: 2 * 116 + 2 * 40 * 5 = 632; evaluation: three times the
     largest activation, the input: 48."""
-    from fedbench.engine.memory import training_bytes_per_client
-
     model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
     assert training_bytes_per_client(model, (4,), 5, 2) == 632
     assert evaluation_bytes_per_row(model, (4,)) == 48
@@ -342,8 +335,6 @@ def test_memory_estimates_by_hand():
 def test_the_default_budget_is_80_percent_of_the_given_cuda_devices_free_memory(monkeypatch):
     """On CUDA (free memory read from the device given, here faked) 80 % of it; on the CPU 2,048 MB;
     a budget given in MB is taken as given."""
-    from fedbench.engine.memory import budget_bytes
-
     mb = 2**20
     free = {torch.device("cuda", 1): (1000 * mb, 4000 * mb)}
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: free[device])

@@ -1,5 +1,7 @@
 """The per-client minibatch gradient oracle of the Moreau-envelope family."""
 
+import copy
+
 import pytest
 import torch
 from conftest import make_data
@@ -93,3 +95,36 @@ def test_softmax_is_shifted_per_row_so_clients_with_logits_far_apart_stay_finite
         torch.testing.assert_close(loss[j].double(), ce.detach(), rtol=1e-5, atol=1e-4)
         for n in theta:
             torch.testing.assert_close(grads[n][j].double(), params[n].grad, rtol=1e-4, atol=1e-5)
+
+
+def test_batchnorm_clients_train_on_batch_statistics_and_move_their_own_running_statistics():
+    """A model with BatchNorm (FeMAM's ResNet-9 grid runs pFedMe on one): every client's gradient is
+    its own model's, in training mode on its minibatch's statistics, and its own row of the running
+    statistics moves as ``nn.BatchNorm1d``'s forward moves them: each client is checked against a
+    copy of the model holding that client's parameters and buffers, run by plain autograd.  Without
+    the clients' buffers the oracle refuses, naming them."""
+    torch.manual_seed(0)
+    data = make_data([6, 3, 9])
+    model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 3))
+    g = torch.Generator().manual_seed(3)
+    theta = {n: torch.randn(3, *p.shape, generator=g) for n, p in model.named_parameters()}
+    start = {"1.running_mean": torch.randn(3, 4, generator=g), "1.running_var": torch.rand(3, 4, generator=g) + 0.5,
+             "1.num_batches_tracked": torch.tensor([0, 4, 9])}
+    buffers = {k: v.clone() for k, v in start.items()}
+    oracle = MinibatchGradients(model, data, data.train, batch_size=3)
+    clients = torch.arange(3)
+    batch = oracle.draw(1, clients, g)
+    grads, loss = oracle(theta, batch[0], clients, buffers)
+    for j in range(3):
+        own = copy.deepcopy(model).train()
+        own.load_state_dict({**{n: v[j] for n, v in theta.items()}, **{k: v[j] for k, v in start.items()}})
+        ce = nn.functional.cross_entropy(own(batch.x[0, j]), batch.y[0, j])
+        ce.backward()
+        torch.testing.assert_close(loss[j], ce.detach())
+        for n, p in own.named_parameters():
+            torch.testing.assert_close(grads[n][j], p.grad)
+        for k, v in own.state_dict().items():
+            if k in buffers:
+                torch.testing.assert_close(buffers[k][j], v, msg=lambda m: f"client {j}, {k}: {m}")
+    with pytest.raises(ValueError, match="buffers .*1.running_mean"):
+        oracle(theta, batch[0], clients)

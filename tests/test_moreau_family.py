@@ -36,7 +36,7 @@ class QuadraticOracle:
     def draw(self, steps, clients, generator):
         return torch.zeros(steps, len(clients), 1, dtype=torch.long)
 
-    def __call__(self, params, rows, clients):
+    def __call__(self, params, rows, clients, buffers=None):
         diff = params["p"] - self.c[clients]
         return {"p": diff}, 0.5 * diff.pow(2).sum(1)
 
@@ -48,7 +48,7 @@ def quadratic_federation(sizes, c, x0, lr=0.1, participation=1.0):
         model.p.copy_(x0)
     fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=1, lr=lr), participation=participation)
     calls = []
-    fed.minibatch_gradients = lambda single, split="train": calls.append(split) or QuadraticOracle(c, calls)
+    fed.minibatch_gradients = lambda split="train": calls.append(split) or QuadraticOracle(c, calls)
     return fed, model_weights(model), calls
 
 
@@ -466,3 +466,74 @@ def test_fedavg_in_steps_rounds_by_hand_on_real_minibatches():
         x = weighted(models, chosen)
     for n in x:
         torch.testing.assert_close(state["global"][n], x[n], atol=1e-5, rtol=1e-4)
+
+
+def running_statistics_by_hand(batches: list[torch.Tensor], mean: torch.Tensor, var: torch.Tensor, momentum=0.1):
+    """``nn.BatchNorm1d``'s running statistics after forwards on ``batches`` in turn (PyTorch's rule:
+    r <- (1 - m) r + m s, with the batch mean and the unbiased batch variance)."""
+    for x in batches:
+        mean = (1 - momentum) * mean + momentum * x.mean(0)
+        var = (1 - momentum) * var + momentum * x.var(0, unbiased=True)
+    return mean, var
+
+
+@pytest.mark.parametrize("method", ["pfedme", "perfedavg", "fedavg", "pfedmt"])
+def test_batchnorm_running_statistics_follow_each_clients_forwards_and_the_server_average(method):
+    """A BatchNorm model in the Moreau family (FeMAM's grid runs pFedMe on ResNet-9): each client's
+    running statistics move once per forward on its own minibatches -- pFedMe's K personal steps per
+    local round (Alg. 1), Per-FedAvg's two forwards per local round, FedAvg's one per step, pFedMT's
+    one per local iteration of every team iteration -- starting from the global model's; its
+    personalised model keeps them and the server mixes them like every weight (pFedMe Eq. 10 with
+    beta; the sample-weighted mean; pFedMT's tau_i delta_j, here n_j / n).  The BatchNorm comes
+    first, so its statistics are those of the raw minibatches, replayed here by hand over 2 rounds."""
+    K, R, beta = 2, 2, 0.6
+    data = make_data(SIZES, test=3)
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.BatchNorm1d(5), nn.Linear(5, 3))
+    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=3, lr=0.1), participation=2 / 3, seed=4)
+    algo = {"pfedme": lambda: ALGORITHMS["pfedme"](lam=2.0, personal_lr=0.1, inner_steps=K, local_steps=R, beta=beta),
+            "perfedavg": lambda: ALGORITHMS["perfedavg"](beta=0.1, local_steps=R),
+            "fedavg": lambda: ALGORITHMS["fedavg"](local_steps=R),
+            "pfedmt": lambda: ALGORITHMS["pfedmt"](team_iterations=K, local_iterations=R)}[method]()
+    state = algo.init(fed, model_weights(model))
+    for t in (1, 2):
+        state, _ = algo.round(fed, state, t)
+
+    g = torch.Generator().manual_seed(4)
+    everyone = torch.arange(len(SIZES))
+    mean, var, count = torch.zeros(5), torch.ones(5), 0
+    for _ in (1, 2):
+        if method == "pfedme":  # every client trains; the server samples after the local work
+            rows = draw_rows(data, fed, data.train, R, everyone, g)
+            clients, forwards = everyone, [rows[r] for r in range(R) for _ in range(K)]
+            chosen = sample(g)
+        elif method == "pfedmt":  # every device, one fresh draw per team iteration
+            rows = [draw_rows(data, fed, data.train, R, everyone, g) for _ in range(K)]
+            clients, forwards = everyone, [r[l] for r in rows for l in range(R)]
+            chosen = everyone
+        else:
+            clients = chosen = sample(g)
+            rows = draw_rows(data, fed, data.train, (2 if method == "perfedavg" else 1) * R, chosen, g)
+            forwards = list(rows)
+        own = [running_statistics_by_hand([data.x[f[c]] for f in forwards], mean, var) for c in range(len(clients))]
+        count += len(forwards)
+        n = torch.tensor([SIZES[i] for i in chosen.tolist()], dtype=torch.float32)
+        at = [clients.tolist().index(i) for i in chosen.tolist()]
+        average = [sum(w * own[c][s] for w, c in zip(n / n.sum(), at)) for s in (0, 1)]
+        mixing = beta if method == "pfedme" else 1.0
+        mean, var = [(1 - mixing) * old + mixing * new for old, new in zip((mean, var), average)]
+    global_ = algo.global_model(fed, state)
+    torch.testing.assert_close(global_["0.running_mean"], mean, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(global_["0.running_var"], var, atol=1e-5, rtol=1e-4)
+    assert int(global_["0.num_batches_tracked"]) == count
+    if method in ("pfedme", "pfedmt"):  # the personalised models keep the clients' own statistics of the last round
+        personal = algo.client_models(fed, state, 2)
+        torch.testing.assert_close(personal["0.running_mean"], torch.stack([m for m, _ in own]), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(personal["0.running_var"], torch.stack([v for _, v in own]), atol=1e-5, rtol=1e-4)
+    if method == "perfedavg":  # the adapted copies: one forward on a training minibatch from the global model
+        rows = draw_rows(data, fed, data.train, 1, everyone, fed.eval_generator(2))
+        adapted = algo.client_models(fed, state, 2)
+        for i in everyone.tolist():
+            m, v = running_statistics_by_hand([data.x[rows[0, i]]], mean, var)
+            torch.testing.assert_close(adapted["0.running_mean"][i], m, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(adapted["0.running_var"][i], v, atol=1e-5, rtol=1e-4)

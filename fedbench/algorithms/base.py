@@ -17,7 +17,7 @@ from torch import nn
 
 from fedbench.algorithm_registry import ALGORITHMS, PlanContext, returned_class
 from fedbench.engine.batches import make_batch_plan
-from fedbench.engine.device_gradient import MinibatchGradients
+from fedbench.engine.device_gradient import MinibatchGradients, client_buffers
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
@@ -88,30 +88,34 @@ class Federation:
         plan = make_batch_plan(counts, hp.epochs, hp.batch_size, generator or self.generator)
         return self.trainer.train(start, clients, plan, hp, center)
 
-    def minibatch_gradients(self, single: Weights, split: str = "train") -> MinibatchGradients:
+    def minibatch_gradients(self, split: str = "train") -> MinibatchGradients:
         """The per-client minibatch gradient oracle on ``split`` (batch size and L2 weight decay from
-        ``local``), reading buffers from the model ``single`` (the Moreau-envelope family)."""
-        params = set(parameter_names(self.model))
-        buffers = {k: v for k, v in single.items() if k not in params}
+        ``local``) of the Moreau-envelope family."""
         index = getattr(self.data, split)
-        return MinibatchGradients(self.model, self.data, index, self.local.batch_size, self.local.weight_decay, buffers)
+        return MinibatchGradients(self.model, self.data, index, self.local.batch_size, self.local.weight_decay)
+
+    def client_buffers(self, single: Weights, n: int) -> Weights:
+        """``n`` copies of the buffers of ``single`` (BatchNorm running statistics; none in a model
+        without), one per client, for the oracle's forwards to update in place."""
+        return client_buffers(self.model, single, n)
 
     def sgd_steps(self, start: Weights, clients: torch.Tensor, steps: int) -> tuple[Weights, torch.Tensor]:
         """``steps`` plain SGD steps (lr ``local.lr``), one fresh minibatch each, from stacked ``start``
         for ``clients`` -- local work counted in minibatch steps, as the pFedMe/PerMFL code's FedAvg."""
         if self.local.momentum:
             raise ValueError("local work in minibatch steps (local_steps) is plain SGD; set training.momentum to 0")
-        oracle = self.minibatch_gradients({k: v[0] for k, v in start.items()})
+        oracle = self.minibatch_gradients()
         names = parameter_names(self.model)
         theta = {n: start[n].clone() for n in names}
+        buffers = {k: v.clone() for k, v in start.items() if k not in theta}  # each client's own, moved by its forwards
         batches = oracle.draw(steps, clients, self.generator)
         loss_sum = torch.zeros(len(clients), device=self.device)
         with torch.no_grad():
             for s in range(steps):
-                grads, loss = oracle(theta, batches[s], clients)
+                grads, loss = oracle(theta, batches[s], clients, buffers)
                 torch._foreach_add_(list(theta.values()), [grads[n] for n in theta], alpha=-self.local.lr)
                 loss_sum += loss
-        return {**start, **theta}, loss_sum / max(steps, 1)
+        return {**start, **theta, **buffers}, loss_sum / max(steps, 1)
 
     def finetune(self, models: Weights, epochs: int, round_: int) -> Weights:
         """Every client fine-tunes its row of ``models`` for ``epochs`` local epochs on a copy, with

@@ -7,7 +7,9 @@ two fresh minibatches D, D':
   temp  = theta - alpha grad f_i(theta; D)          (inner adaptation step, alpha = ``fed.local.lr``)
   theta <- theta - beta grad f_i(temp; D')          (first-order meta step)
 
-and the server averages the clients' theta (sample-weighted, as ``serverperavg.py``).
+and the server averages the clients' theta (sample-weighted, as ``serverperavg.py``).  BatchNorm's
+running statistics move with both forwards of a step on each client's own copy and are averaged
+like every weight.
 
 The personalised model (PM) every client is scored with is the global model after one step of
 adaptation, computed at evaluation time on a copy with its own random stream:
@@ -53,18 +55,19 @@ class PerFedAvg(Algorithm):
         x = state["global"]
         names = parameter_names(fed.model)
         chosen = fed.sample_clients()
-        oracle = fed.minibatch_gradients(x)
+        oracle = fed.minibatch_gradients()
         theta = broadcast({n: x[n] for n in names}, len(chosen))
+        buffers = fed.client_buffers(x, len(chosen))  # running statistics: both forwards of a step move them
         batches = oracle.draw(2 * self.local_steps, chosen, fed.generator)
         loss_sum = torch.zeros(len(chosen), device=fed.device)
         with torch.no_grad():
             for r in range(self.local_steps):
-                grads, loss = oracle(theta, batches[2 * r], chosen)
+                grads, loss = oracle(theta, batches[2 * r], chosen, buffers)
                 temp = dict(zip(names, torch._foreach_add(list(theta.values()), [grads[n] for n in names], alpha=-fed.local.lr)))
-                meta, _ = oracle(temp, batches[2 * r + 1], chosen)
+                meta, _ = oracle(temp, batches[2 * r + 1], chosen, buffers)
                 torch._foreach_add_(list(theta.values()), [meta[n] for n in names], alpha=-self.beta)
                 loss_sum += loss
-        return {"global": {**x, **fed.average(theta, chosen)}}, loss_sum / max(self.local_steps, 1)
+        return {"global": {**x, **fed.average({**theta, **buffers}, chosen)}}, loss_sum / max(self.local_steps, 1)
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
         """The global model after one step of adaptation on every client (see module docstring)."""
@@ -72,14 +75,15 @@ class PerFedAvg(Algorithm):
         names = parameter_names(fed.model)
         everyone = torch.arange(fed.num_clients, device=fed.device)
         split, steps = ("train", (fed.local.lr,)) if self.adaptation == "paper" else ("test", (fed.local.lr, self.beta))
-        oracle = fed.minibatch_gradients(x, split=split)
+        oracle = fed.minibatch_gradients(split=split)
         batches = oracle.draw(len(steps), everyone, fed.eval_generator(round_))
         theta = broadcast({n: x[n] for n in names}, fed.num_clients)
+        buffers = fed.client_buffers(x, fed.num_clients)
         with torch.no_grad():
             for s, lr in enumerate(steps):
-                grads, _ = oracle(theta, batches[s], everyone)
+                grads, _ = oracle(theta, batches[s], everyone, buffers)
                 torch._foreach_add_(list(theta.values()), [grads[n] for n in names], alpha=-lr)
-        return {**broadcast(x, fed.num_clients), **theta}
+        return {**broadcast(x, fed.num_clients), **theta, **buffers}
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return state["global"]

@@ -25,6 +25,10 @@ model (PM) of client i is, with ``personal_model``:
   model's own Parameters, which ``update_parameters(local_model)`` then overwrites with w_loc, so
   ``test_persionalized_model`` scores w_{i,R} (docs/original_code_notes.md §3.1).
 
+A model with BatchNorm (FeMAM's ResNet-9 grid) trains on batch statistics; every client's
+running statistics move with each of its K R forwards (one model per client, as the code's),
+its personalised model keeps them, and the server mixes them by Eq. 10 like every weight.
+
 The code's l2 term (mu = 0.001, the "l2-regularised" MLR) enters the personal (theta) step
 only, theta <- theta - personal_lr (grad f + lam (theta - w_i) + mu theta); it is ``mu`` here,
 not the training settings' ``weight_decay`` (which every method's minibatch oracle would add).
@@ -67,9 +71,10 @@ class PFedMe(Algorithm):
         x = state["global"]
         names = parameter_names(fed.model)
         everyone = torch.arange(fed.num_clients, device=fed.device)
-        oracle = fed.minibatch_gradients(x)
+        oracle = fed.minibatch_gradients()
         w = broadcast({n: x[n] for n in names}, fed.num_clients)
         theta = {n: v.clone() for n, v in w.items()}
+        buffers = fed.client_buffers(x, fed.num_clients)  # each client's running statistics, moved by its forwards
         th, wl = list(theta.values()), list(w.values())
         batches = oracle.draw(self.local_steps, everyone, fed.generator)
         loss_sum = torch.zeros(fed.num_clients, device=fed.device)
@@ -77,7 +82,7 @@ class PFedMe(Algorithm):
         with torch.no_grad():
             for r in range(self.local_steps):
                 for _ in range(self.inner_steps):
-                    grads, loss = oracle(theta, batches[r], everyone)
+                    grads, loss = oracle(theta, batches[r], everyone, buffers)
                     g = [grads[n] for n in theta]
                     if self.mu:
                         torch._foreach_add_(g, th, alpha=self.mu)  # the code's mu theta (before theta moves)
@@ -87,10 +92,11 @@ class PFedMe(Algorithm):
                     loss_sum += loss
                 torch._foreach_lerp_(wl, th, eta)  # w <- w - eta lam (w - theta)   (Eq. 8)
             chosen = fed.sample_clients()
-            average = fed.average(rows(w, chosen), chosen)
-            new_global = {n: torch.lerp(x[n], average[n], self.beta) for n in names}  # Eq. 10
+            average = fed.average(rows({**w, **buffers}, chosen), chosen)
+            # Eq. 10, running statistics mixed like every weight (integer counts: the average's maximum)
+            new_global = {k: torch.lerp(x[k], v, self.beta) if v.is_floating_point() else v for k, v in average.items()}
         steps = max(self.local_steps * self.inner_steps, 1)
-        personal = {**state["personal"], **(theta if self.personal_model == "theta" else w)}
+        personal = {**state["personal"], **(theta if self.personal_model == "theta" else w), **buffers}
         return {"global": {**x, **new_global}, "personal": personal}, loss_sum / steps
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:

@@ -24,8 +24,10 @@ Fidelity choices (see docs/original_code_notes.md §3.2-3.3):
   the same thing) plus ``fed.local.weight_decay``/2 ||theta||^2 (the l2-regularised MLR);
 * personalised model of device j = theta_ij after its last local loop (code's ``local_model``),
   i.e. the devices' last loop starts from w_i^{t,K-1};
-* only parameters are trained; buffers (none in the plain ``nn.Sequential`` classifiers) are
-  carried over from the global model unchanged.
+* only parameters are trained.  Buffers (BatchNorm's running statistics; none in the paper's
+  MLR, DNN and CNN) are each device's own, moved by its forwards through the round from the
+  global model's; the personalised model keeps them and the global model takes their average
+  with the two tiers' weights tau_i delta_j (fedbench's choice; the paper has no BatchNorm).
 
 All devices of all teams are advanced at once: per-device parameters are stacked along a
 leading axis and :class:`~fedbench.engine.device_gradient.MinibatchGradients` gives every
@@ -44,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
-from fedbench.engine.weights import Weights, broadcast, parameter_names
+from fedbench.engine.weights import Weights, broadcast, parameter_names, weighted_average
 
 GLOBAL_STEPS = ("eq4", "algorithm1")
 WEIGHTINGS = ("samples", "uniform")
@@ -142,20 +144,22 @@ def pfedmt_round(
     return x_new, theta, None if loss_sum is None else loss_sum / steps
 
 
-def minibatch_device_gradient(fed: Federation, single: Weights, local_iterations: int) -> DeviceGradient:
+def minibatch_device_gradient(fed: Federation, single: Weights, local_iterations: int) -> tuple[DeviceGradient, Weights]:
     """Every device's gradient on one fresh minibatch of its own training rows per local iteration
-    (rows for the L iterations drawn at the start of each team iteration)."""
-    oracle = fed.minibatch_gradients(single)
+    (rows for the L iterations drawn at the start of each team iteration), and the devices' own
+    buffers (from ``single``'s), which its forwards update."""
+    oracle = fed.minibatch_gradients()
     everyone = torch.arange(fed.num_clients, device=fed.device)
+    buffers = fed.client_buffers(single, fed.num_clients)
     batches = None
 
     def gradient(theta: Weights, k: int, l: int):
         nonlocal batches
         if l == 0:
             batches = oracle.draw(local_iterations, everyone, fed.generator)
-        return oracle(theta, batches[l], everyone)
+        return oracle(theta, batches[l], everyone, buffers)
 
-    return gradient
+    return gradient, buffers
 
 
 def team_ids(fed: Federation) -> torch.Tensor:
@@ -203,7 +207,7 @@ class PFedMT(Algorithm):
         params = {n: x[n] for n in names}
         team_of = team_ids(fed)
         A, tau = aggregation_weights(team_of, fed.data.train.counts, self.weighting)
-        gradient = minibatch_device_gradient(fed, x, self.local_iterations)
+        gradient, buffers = minibatch_device_gradient(fed, x, self.local_iterations)
         with torch.no_grad():  # torch.func.grad works under no_grad; no autograd graph across steps
             x_params, theta, loss = pfedmt_round(
                 params, team_of, A, tau, gradient,
@@ -213,10 +217,11 @@ class PFedMT(Algorithm):
             )
         if not theta:  # K = 0: nothing trained this round
             theta = {n: state["personal"][n] for n in names}
-        personal = {**state["personal"], **theta}
+        personal = {**state["personal"], **theta, **buffers}
+        x_buffers = weighted_average(buffers, tau @ A) if buffers else {}  # device j weighs tau_i delta_j
         if loss is None:
             loss = torch.zeros(fed.num_clients, device=fed.device)
-        return {"global": {**x, **x_params}, "personal": personal}, loss
+        return {"global": {**x, **x_params, **x_buffers}, "personal": personal}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:
         return state["personal"]

@@ -9,14 +9,16 @@ evaluations together with its own update rule (proximal pulls, inner/outer loops
   *with replacement* from the client's split (the code cycles an unshuffled DataLoader over data
   shuffled once; with-replacement draws keep sampling stateless across rounds — docs/fidelity.md),
   gathered in one go;
-* ``__call__(params, batches[s], clients)``: gradient of  mean cross-entropy + (weight_decay / 2) ||theta||^2
-  for every client at its own ``params`` row, and the mean cross-entropy ``[C]``.  A client
-  without rows in the split contributes a zero data gradient.
+* ``__call__(params, batches[s], clients, buffers)``: gradient of  mean cross-entropy +
+  (weight_decay / 2) ||theta||^2 for every client at its own ``params`` row, and the mean
+  cross-entropy ``[C]``.  A client without rows in the split contributes a zero data gradient.
 
 Plain ``[Flatten,] Linear, ReLU, ..., Linear`` stacks (MLR, the DNNs) take a hand-written
 batched forward/backward (``bmm``); every other model goes through ``torch.func.vmap`` of
-``grad_and_value`` over ``functional_call``.  Only parameters are differentiated; buffers are
-read from ``buffers`` (a single model's).
+``grad_and_value`` over ``functional_call``, in training mode.  Only parameters are
+differentiated.  A model with buffers (BatchNorm's running statistics) takes every client's own
+``buffers`` row, which each forward updates in place, as a client's model does in the
+authors' PyTorch loops (one forward per gradient; :func:`client_buffers` makes the rows).
 """
 
 from __future__ import annotations
@@ -41,22 +43,21 @@ class MinibatchGradients:
         split: ClientIndex,
         batch_size: int,
         weight_decay: float = 0.0,
-        buffers: Weights | None = None,
         hand_written: bool = True,
     ):
         self.model, self.data, self.split = model, data, split
         self.batch_size, self.weight_decay = batch_size, weight_decay
-        self.buffers = buffers or {}
+        self.buffer_names = buffer_names(model)
         self.layers = linear_stack(model, len(data.input_shape)) if hand_written else None
         self._counts = split.counts.cpu().to(torch.float64)
         self._keep_for, self._keep_value = None, None
         if self.layers is None:
 
-            def loss_fn(params: Weights, x, y):
-                logits = functional_call(model, {**params, **self.buffers}, (x,))
+            def loss_fn(params: Weights, buffers: Weights, x, y):
+                logits = functional_call(model, {**params, **buffers}, (x,))
                 return F.cross_entropy(logits, y)
 
-            self._vmapped = vmap(grad_and_value(loss_fn), in_dims=(0, 0, 0), randomness="different")
+            self._vmapped = vmap(grad_and_value(loss_fn), in_dims=(0, 0, 0, 0), randomness="different")
 
     def draw(self, steps: int, clients: torch.Tensor, generator: torch.Generator) -> "Minibatches":
         """``steps`` minibatches of every client in ``clients`` (rows uniform with replacement from
@@ -70,14 +71,21 @@ class MinibatchGradients:
         x, y = gather_minibatch(self.data.x, self.data.y, rows.view(steps * len(counts), -1))
         return Minibatches(rows, x.view(*rows.shape, *x.shape[2:]), y.view(rows.shape))
 
-    def __call__(self, params: Weights, batch: tuple[torch.Tensor, torch.Tensor], clients: torch.Tensor) -> tuple[Weights, torch.Tensor]:
-        """Gradients ``{name: [C, ...]}`` at ``params`` on ``batch`` = (x, y) of ``clients``, and the losses ``[C]``."""
+    def __call__(
+        self, params: Weights, batch: tuple[torch.Tensor, torch.Tensor], clients: torch.Tensor, buffers: Weights | None = None,
+    ) -> tuple[Weights, torch.Tensor]:
+        """Gradients ``{name: [C, ...]}`` at ``params`` on ``batch`` = (x, y) of ``clients``, and the
+        losses ``[C]``; ``buffers`` (``{name: [C, ...]}``, required when the model has buffers) are
+        the clients' running statistics, updated in place by the forward."""
         x, y = batch
+        if self.buffer_names and (buffers is None or set(buffers) != set(self.buffer_names)):
+            raise ValueError(f"the model has buffers ({', '.join(self.buffer_names)}): pass every client's rows "
+                             "of them (client_buffers), which the forward updates")
         if self.layers is not None:
             grads, loss = linear_stack_gradient(self.layers, params, x, y)
         else:
-            self.model.train()  # dropout active; each client draws its own masks
-            grads, loss = self._vmapped(params, x, y)
+            self.model.train()  # dropout active, each client drawing its own masks; BatchNorm on batch statistics
+            grads, loss = self._vmapped(params, buffers or {}, x, y)
         keep = self._keep(clients)
         if keep is not None:
             grads = {n: g * keep.view(-1, *([1] * (g.dim() - 1))) for n, g in grads.items()}
@@ -92,6 +100,18 @@ class MinibatchGradients:
             keep = self.split.counts[clients] > 0
             self._keep_for, self._keep_value = clients, None if bool(keep.all()) else keep.to(self.data.x.dtype)
         return self._keep_value
+
+
+def buffer_names(model: nn.Module) -> list[str]:
+    """The model's state entries that are not parameters (BatchNorm's running statistics)."""
+    params = {name for name, _ in model.named_parameters()}
+    return [name for name in model.state_dict() if name not in params]
+
+
+def client_buffers(model: nn.Module, single: Weights, n: int) -> Weights:
+    """``n`` clients' own copies of the buffers of ``single`` (empty for a model without buffers),
+    for the oracle's forwards to update."""
+    return {k: single[k].unsqueeze(0).expand(n, *single[k].shape).clone() for k in buffer_names(model)}
 
 
 class Minibatches:

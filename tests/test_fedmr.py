@@ -1,6 +1,8 @@
 """FedMR (layer-wise recombination, two-stage training), FedIndep, FedMut, FedExP, CluSamp and
 FedGen building blocks against hand-derived facts (whole rounds: ``test_fedmr_rounds.py``)."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -269,7 +271,9 @@ def test_fedgen_generator_loss_falls_on_two_clients():
 
 def test_fedgen_local_gradient_matches_per_client_autograd():
     """The vmapped regularised loss's gradient = each client's autograd gradient of
-    CE(f(x), y) + alpha CE(head(z_hat), y_hat) + beta KLDiv(log_softmax f(x), softmax head(z_real)) ("batchmean")."""
+    CE(f(x), y) + alpha CE(head(z_hat), y_hat) + beta KLDiv(log_softmax f(x), softmax head(z_real)) ("batchmean"),
+    and its value is that loss (the KL with its target-entropy term, so >= 0), its auxiliary output
+    the plain CE.  Every softmax names its class axis: no implicit-dimension (deprecated) warning."""
     from torch.func import grad_and_value, vmap
 
     from fedbench.algorithms.fedgen import regularised_loss
@@ -282,7 +286,9 @@ def test_fedgen_local_gradient_matches_per_client_autograd():
     z_real, z_hat, y_hat = torch.randn(k, batch, 4), torch.randn(k, batch, 4), torch.randint(3, (k, batch))
     mask = torch.ones(k, batch)
     vm = vmap(grad_and_value(regularised_loss(model, "3.weight", "3.bias", 0.7, 0.3), has_aux=True))
-    grads, (_, ce) = vm(params, {}, x, y, mask, z_real, z_hat, y_hat)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grads, (value, ce) = vm(params, {}, x, y, mask, z_real, z_hat, y_hat)
     for c in range(k):
         with torch.no_grad():
             for n, p in model.named_parameters():
@@ -294,6 +300,7 @@ def test_fedgen_local_gradient_matches_per_client_autograd():
         loss = (nn.functional.cross_entropy(logits, y[c]) + 0.7 * nn.functional.cross_entropy(head(z_hat[c]), y_hat[c])
                 + 0.3 * nn.functional.kl_div(torch.log_softmax(logits, -1), target, reduction="batchmean"))
         loss.backward()
+        torch.testing.assert_close(value[c], loss.detach())
         for n, p in model.named_parameters():
             torch.testing.assert_close(grads[n][c], p.grad, atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(ce[c], nn.functional.cross_entropy(logits, y[c]).detach())

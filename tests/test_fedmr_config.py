@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-import yaml
 
 from fedbench.config import ConfigError
 from fedbench.plan import check_config

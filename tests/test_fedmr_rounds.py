@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import make_data, make_federation
+from test_fedmr import bn_model
 from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.local_sgd import LocalSGD
@@ -179,6 +180,49 @@ def test_fedmut_round_mutates_around_the_uniform_mean_with_the_acceleration_rate
             assert sum(plus) == m // 2 and sum(minus) == m // 2, k
 
 
+def test_fedmut_round_mutates_every_entry_of_m_models_from_the_federation_stream():
+    """FedMut (module docstring; notes §2.5): m = max(1, round(rho K)) intermediate models, here 2 of 4
+    clients (fewer than any layer's width); every floating entry k of the next models is
+    w_glob[k] + alpha Delta[k] c_kj with one coefficient 1 and one -1 + rate per entry (m = 2: one
+    pair), rate = acc_rate at round 1; BatchNorm's integer batch counters, which sit between the
+    layers' weights, are copied from w_glob.  The coefficients come from the federation's stream
+    (``Federation``: the run's randomness): the same seed gives the same models whatever torch's
+    global stream.  (w_glob, the uniform mean of the trained models, is checked by hand above.)"""
+    data = make_data([8, 11, 6, 10])
+    hp = LocalSGD(epochs=1, batch_size=4, lr=0.2)
+    radius, acc_rate = 2.0, 0.5
+    torch.manual_seed(0)
+    initial = bn_model()
+    runs = []
+    for global_seed in (0, 1):
+        model = copy.deepcopy(initial)
+        fed = make_federation(data, model, hp, participation=0.5, seed=2)
+        algorithm = ALGORITHMS["fedmut"](radius=radius, acc_rate=acc_rate, bound=4)
+        state = algorithm.init(fed, model_weights(model))
+        old = state["global"]
+        torch.manual_seed(global_seed)
+        state, _ = algorithm.round(fed, state, 1)
+        runs.append(state)
+    w_glob, models = state["global"], state["models"]
+    assert list(models) == list(w_glob) == list(old)
+    for k, v in w_glob.items():
+        assert models[k].shape == (2, *v.shape) and models[k].dtype == v.dtype, k
+        if not v.is_floating_point():
+            assert torch.equal(models[k], v.expand(2, *v.shape)) and int(v) > 0, k
+            continue
+        delta = v - old[k]
+        if k in ("0.bias", "3.bias"):  # a Linear bias before BatchNorm gets no gradient: Delta = 0 up to rounding
+            assert delta.abs().max() < 1e-6 and torch.allclose(models[k], v.expand(2, *v.shape), atol=1e-6), k
+            continue
+        assert delta.abs().max() > 1e-4, k  # every other entry moved: the mutation is visible
+        up, down = v + radius * delta, v + radius * (acc_rate - 1) * delta
+        first_up = torch.allclose(models[k][0], up, atol=1e-6)
+        assert first_up != torch.allclose(models[k][0], down, atol=1e-6), k
+        assert torch.allclose(models[k][1], down if first_up else up, atol=1e-6), k
+    for k in w_glob:
+        assert torch.equal(runs[0]["models"][k], runs[1]["models"][k]), k
+
+
 # ---- FedExP -----------------------------------------------------------------------------
 
 
@@ -198,16 +242,18 @@ def conflicting_clients(sizes: list[int]):
     return data
 
 
-def test_fedexp_round_extrapolates_the_weighted_mean_update():
+@pytest.mark.parametrize("sizes, participation", [([12, 8, 10], 1.0), ([12, 8, 10, 11], 0.5)])
+def test_fedexp_round_extrapolates_the_weighted_mean_update(sizes, participation):
     """FedExP (Jhunjhunwala et al., ICLR'23, Eq. (8); notes §2.6 ``Training_FedExP.py``):
     Delta_i = w_i - w, p_i = n_i / n, Delta_bar = sum p_i Delta_i / sum p_i,
     eta_g = max(1, sum p_i ||Delta_i||^2 / (2 sum p_i (||Delta_bar||^2 + eps m))), w <- w + eta_g Delta_bar;
-    the scored model is (w_t + w_{t+1}) / 2.  Conflicting clients make eta_g > 1 strictly."""
-    data = conflicting_clients([12, 8, 10])
+    the scored model is (w_t + w_{t+1}) / 2.  Conflicting clients make eta_g > 1 strictly.  All
+    three clients, then m = 2 of four (the sums run over the sampled clients only)."""
+    data = conflicting_clients(sizes)
     hp = LocalSGD(epochs=3, batch_size=4, lr=1.0)
     model = mlp()
-    fed = make_federation(data, model, hp, participation=1.0, seed=3)
-    epsilon = 0.1
+    fed = make_federation(data, model, hp, participation=participation, seed=3)
+    epsilon, m = 0.1, max(1, round(participation * len(sizes)))
     algorithm = ALGORITHMS["fedexp"]()  # the code's epsilon = 0.1
     state = algorithm.init(fed, model_weights(model))
     g = torch.Generator().manual_seed(3)
@@ -215,13 +261,13 @@ def test_fedexp_round_extrapolates_the_weighted_mean_update():
     counts = data.train.counts.double().numpy()
     for t in (1, 2):
         w = state["global"]
-        chosen, trained = sample_and_train(data, model, hp, g, [w] * 3, 3)
+        chosen, trained = sample_and_train(data, model, hp, g, [w] * m, m)
         p = counts[chosen.numpy()] / counts.sum()
         deltas = np.stack([flat(v, names) - flat(w, names) for v in trained])
         d_bar = (p[:, None] * deltas).sum(0) / p.sum()
         spread = (p * (deltas**2).sum(1)).sum() / p.sum()
-        eta = max(1.0, 0.5 * spread / ((d_bar**2).sum() + epsilon * 3))
-        assert eta > 1.2  # extrapolation, not averaging
+        eta = max(1.0, 0.5 * spread / ((d_bar**2).sum() + epsilon * m))
+        assert eta > 1.03  # extrapolation, not averaging
         state, _ = algorithm.round(fed, state, t)
         assert state["eta"] == pytest.approx(eta, rel=1e-4)
         new = flat(w, names) + eta * d_bar
@@ -363,40 +409,48 @@ def test_fedgen_rounds_train_the_generator_then_regularise_the_client_step():
 # ---- FedASAM ----------------------------------------------------------------------------
 
 
-def test_fedasam_round_takes_adaptive_sharpness_aware_steps():
+@pytest.mark.parametrize("sizes, participation", [([12, 12, 12], 1 / 3), ([12, 6, 9, 15], 0.5)])
+def test_fedasam_round_takes_adaptive_sharpness_aware_steps(sizes, participation):
     """FedASAM (Caldarola et al., ECCV'22; ASAM, Kwon et al. 2021, Eq. (11)-(12); notes §2.6
     ``utils/sam_minimizers.py``): per minibatch g = grad L(w), T = |w| + eta on "weight"
     parameters (1 on biases), eps = rho T^2 g / ||T g||, and the SGD step from w uses
-    grad L(w + eps).  One client, two minibatches, checked against the hand-written steps."""
-    data = make_data([12, 12, 12])
+    grad L(w + eps); the server takes the sample-weighted average of the clients' models (FedAvg).
+    One client of three, then two of four with different sample counts, checked against the
+    hand-written steps."""
+    data = make_data(sizes)
     hp = LocalSGD(epochs=1, batch_size=6, lr=0.5)
     model = mlp()
-    fed = make_federation(data, model, hp, participation=1 / 3, seed=6)
+    fed = make_federation(data, model, hp, participation=participation, seed=6)
     rho, eta = 0.5, 0.01
     algorithm = ALGORITHMS["fedasam"](rho=rho, eta=eta)
     state = algorithm.init(fed, model_weights(model))
     state, _ = algorithm.round(fed, state, 1)
 
     g = torch.Generator().manual_seed(6)
-    client = int(torch.randperm(3, generator=g)[0])
-    plan = make_batch_plan(data.train.counts[[client]], 1, 6, g)
-    net = copy.deepcopy(model)
-    named = dict(net.named_parameters())
-    sam_moved_further = 0.0
-    for positions in plan.client_batches(0):
-        x, y = client_rows(data, client, positions)
-        grads = torch.autograd.grad(F.cross_entropy(net(x), y), list(named.values()))
-        with torch.no_grad():
-            scale = {n: p.abs() + eta if "weight" in n else torch.ones_like(p) for n, p in named.items()}
-            norm = torch.sqrt(sum(((scale[n] * gr) ** 2).sum() for n, gr in zip(named, grads)))
-            eps = {n: rho * scale[n] ** 2 * gr / norm for n, gr in zip(named, grads)}
-        perturbed = {n: (p + eps[n]).detach().requires_grad_() for n, p in named.items()}
-        logits = torch.func.functional_call(net, perturbed, (x,))
-        sharp = torch.autograd.grad(F.cross_entropy(logits, y), list(perturbed.values()))
-        with torch.no_grad():
-            for (n, p), gs, gr in zip(named.items(), sharp, grads):
-                sam_moved_further = max(sam_moved_further, float((gs - gr).abs().max()) * hp.lr)
-                p -= hp.lr * gs
-    assert_weights_close(state["global"], model_weights(net), atol=1e-6)
+    m = max(1, round(participation * len(sizes)))
+    chosen = torch.randperm(len(sizes), generator=g)[:m].sort().values
+    plan = make_batch_plan(data.train.counts[chosen], 1, 6, g)
+    trained, sam_moved_further = [], 0.0
+    for i, client in enumerate(chosen.tolist()):
+        net = copy.deepcopy(model)
+        named = dict(net.named_parameters())
+        for positions in plan.client_batches(i):
+            x, y = client_rows(data, client, positions)
+            grads = torch.autograd.grad(F.cross_entropy(net(x), y), list(named.values()))
+            with torch.no_grad():
+                scale = {n: p.abs() + eta if "weight" in n else torch.ones_like(p) for n, p in named.items()}
+                norm = torch.sqrt(sum(((scale[n] * gr) ** 2).sum() for n, gr in zip(named, grads)))
+                eps = {n: rho * scale[n] ** 2 * gr / norm for n, gr in zip(named, grads)}
+            perturbed = {n: (p + eps[n]).detach().requires_grad_() for n, p in named.items()}
+            logits = torch.func.functional_call(net, perturbed, (x,))
+            sharp = torch.autograd.grad(F.cross_entropy(logits, y), list(perturbed.values()))
+            with torch.no_grad():
+                for (n, p), gs, gr in zip(named.items(), sharp, grads):
+                    sam_moved_further = max(sam_moved_further, float((gs - gr).abs().max()) * hp.lr)
+                    p -= hp.lr * gs
+        trained.append(model_weights(net))
+    if m > 1:
+        assert len({sizes[c] for c in chosen.tolist()}) == m  # the weights matter: the counts differ
+    assert_weights_close(state["global"], mean_of(trained, [sizes[c] for c in chosen.tolist()]), atol=1e-6)
     assert sam_moved_further > 1e-3  # the perturbed gradient differs visibly from plain SGD's
     assert (ALGORITHMS["fedasam"]().rho, ALGORITHMS["fedasam"]().eta) == (0.1, 0.0)  # the code's hard-coded values

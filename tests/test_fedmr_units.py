@@ -8,6 +8,7 @@ or recomputed by brute force (numpy/scipy loops, plain autograd)."""
 import copy
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from conftest import make_data, make_federation
 from test_fedmr import bn_model
 from test_fedmr_rounds import (FEDMR_DATA, FEDMR_HP, conflicting_clients, label_counts, mlp, replay_fedmr,
                                run_against_replay, sample_and_train)
+from fedbench.algorithm_registry import PlanContext
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.clusamp import CluSamp, dissimilarity, sampling_distributions
 from fedbench.algorithms.fedexp import fedexp_step_size
@@ -32,6 +34,7 @@ from fedbench.algorithms.recombination import recombination_units, recombine, se
 from fedbench.engine.custom_step import masked_cross_entropy
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import broadcast, model_weights
+from fedbench.models import build_model
 
 HP = LocalSGD(epochs=1, batch_size=4, lr=0.2)
 
@@ -163,6 +166,47 @@ def test_sampling_distributions_spill_a_heavy_client_over_several_distributions(
     r_2 = client 3's last 0.25 + client 1's 0.75.  Columns sum to m p_i, rows to 1."""
     r = sampling_distributions(tree((2, 3), (1, 4), (0, 5)), np.array([5.0, 3, 2, 2]), 3)
     np.testing.assert_allclose(r, [[1, 0, 0, 0], [0.25, 0, 0.5, 0.25], [0, 0.75, 0, 0.25]], atol=1e-12)
+
+
+def test_sampling_distributions_drop_float_leftover_past_the_last_distribution():
+    """Algorithm 2's fill with float weights (module docstring: every distribution sums to one).
+    A distribution is full once its room is <= 1e-12, so the m rows may close with up to 1e-12 of
+    unused room each, and the last client can still hold more than 1e-12 when all m are full: that
+    float remainder is dropped, not put into a distribution m + 1.  K = 4, m = 3, weights (summing
+    to 3, so m p = n) 1 - 6e-13, 1 - 6e-13, 0.6 and 0.4 + 1.2e-12; every merge is blocked ((2, 3)
+    weighs 1 + 1.2e-12 > 1 + 1e-12).  Row 0 = client 0 (room 6e-13 left: full), row 1 = client 1,
+    row 2 = client 2's 0.6 + client 3's 0.4, and client 3's last 1.2e-12 finds no row.  Each row,
+    normalised, sums to 1 to the last bit (client 0's row is exactly (1, 0, 0, 0))."""
+    n = np.array([1 - 6e-13, 1 - 6e-13, 0.6, 0.0])
+    n[3] = 3.0 - n[0] - n[1] - n[2]
+    assert n.sum() == 3.0 and n[3] - 0.4 > 1.1e-12 and 1.0 - n[0] < 1e-12
+    r = sampling_distributions(tree((0, 1), (2, 3), (4, 5)), n, 3)
+    np.testing.assert_allclose(r, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0.6, 0.4]], atol=1e-11)
+    np.testing.assert_allclose(r.sum(1), np.ones(3), rtol=0, atol=4e-16)
+    assert r[0, 0] == 1.0 and r[1, 1] == 1.0
+
+
+def test_clusamp_condensed_arccos_distances_are_read_from_the_upper_triangle():
+    """CluSamp with ``similarity: arccos`` and ``linkage_input: distances`` (module docstring): D is
+    passed to Ward as condensed distances, i.e. its upper triangle.  arccos(G_i.G_j) and
+    arccos(G_j.G_i) come out of the Gram matrix product, which may round the two triangles
+    differently in the last bits (it does for some of these shapes with this machine's BLAS): such a
+    matrix must be read, not refused as asymmetric.  Three pairs of nearly parallel gradients
+    {0, 3}, {1, 4}, {2, 5} (angle ~1e-3 inside a pair, ~1 between pairs), equal sizes, m = 3:
+    m p_i = 1/2, each pair merges to weight 1, every later merge is blocked; the three groups tie
+    at 1 and go by smallest client: r_0 = (1/2, 0, 0, 1/2, 0, 0), r_1 = (0, 1/2, 0, 0, 1/2, 0),
+    r_2 = (0, 0, 1/2, 0, 0, 1/2)."""
+    fed = clusamp_fed([4] * 6, 0.5)
+    algorithm = ALGORITHMS["clusamp"](similarity="arccos", linkage_input="distances")
+    want = np.zeros((3, 6))
+    for j in range(3):
+        want[j, [j, j + 3]] = 0.5
+    for width in (5, 7, 10, 30, 64):
+        for seed in (0, 1):
+            gen = torch.Generator().manual_seed(seed)
+            directions = torch.randn(3, width, generator=gen)
+            gradients = directions.repeat(2, 1) + 1e-3 * torch.randn(6, width, generator=gen)
+            np.testing.assert_allclose(algorithm.distributions(fed, {"gradients": gradients}), want, atol=1e-12)
 
 
 # ---- CluSamp: the algorithm object -------------------------------------------------------------
@@ -313,6 +357,46 @@ def test_fedexp_step_size_against_numpy():
     assert 0.5 * 22 / (22 + 0.2) < 1 and eta == 1.0
 
 
+def exact_step_size(deltas: np.ndarray, weights, epsilon: float) -> Fraction:
+    """FedExP Eq. (8) in exact rational arithmetic on the exact values of float inputs:
+    p_i = n_i / sum n, A = sum p_i ||Delta_i||^2, Delta_bar = sum p_i Delta_i,
+    eta = max(1, A / (2 (||Delta_bar||^2 + epsilon m)))."""
+    n = [Fraction(float(w)) for w in weights]
+    p = [w / sum(n) for w in n]
+    rows = [[Fraction(float(x)) for x in row] for row in deltas]
+    spread = sum(pi * sum(x * x for x in row) for pi, row in zip(p, rows))
+    mean = [sum(pi * row[j] for pi, row in zip(p, rows)) for j in range(len(rows[0]))]
+    return max(Fraction(1), spread / (2 * (sum(x * x for x in mean) + Fraction(epsilon) * len(n))))
+
+
+def test_fedexp_step_size_is_exact_in_double_precision_whatever_the_input_dtypes():
+    """FedExP's step size (Eq. (8)) is evaluated in float64 whatever the dtype of the updates and the
+    weights, so it agrees with exact rational arithmetic on the inputs' values to ~1e-16.
+    Float32 updates (the engine's dtype) Delta = mu -+ D, mu = (1 + 2^-12)/2 (1, -1, 2),
+    D = (3 (1 + 2^-11), -2 (1 + 2^-10), 1.5 + 2^-9), equal counts: mu is a float32 number but
+    neither its squares nor those of the updates are, so float32 norms would be off by ~1e-8.
+    Float32 weights 0.1, 0.2, 0.3 with float64 updates: p_i = n_i / sum n are not float32 numbers
+    and the float32 sum of the weights is rounded."""
+    mu = np.float32(0.5 * (1 + 2**-12)) * np.array([1, -1, 2], dtype=np.float32)
+    d = np.array([3 * (1 + 2**-11), -2 * (1 + 2**-10), 1.5 + 2**-9], dtype=np.float32)
+    updates = np.stack([mu - d, mu + d])
+    assert updates.dtype == np.float32 and ((updates[0] + updates[1]) / 2 == mu).all()
+    assert (updates.astype(np.float64) ** 2 != (updates * updates).astype(np.float64)).any()
+    assert (mu.astype(np.float64) ** 2 != (mu * mu).astype(np.float64)).all()
+    eta, mean = fedexp_step_size({"w": torch.from_numpy(updates)}, torch.tensor([7, 7]), ["w"], 1e-3)
+    want = exact_step_size(updates, [7, 7], 1e-3)
+    assert want > 5
+    assert eta == pytest.approx(float(want), rel=1e-13)
+    np.testing.assert_array_equal(mean["w"].numpy(), mu)
+
+    weights = torch.tensor([0.1, 0.2, 0.3])
+    updates = torch.tensor([[1.0, -2.0, 0.5], [-0.5, 1.5, -1.0], [0.25, -0.25, 2.0]], dtype=torch.float64)
+    eta, _ = fedexp_step_size({"w": updates}, weights, ["w"], 0.01)
+    want = exact_step_size(updates.numpy(), weights.numpy(), 0.01)
+    assert want > 3
+    assert eta == pytest.approx(float(want), rel=1e-13)
+
+
 def test_fedexp_init_scores_the_initial_model():
     """FedExP starts from w_0 with no previous iterate: (w_0 + w_0) / 2 = w_0 is scored; eta = 1."""
     model = bn_model()
@@ -435,6 +519,34 @@ def test_fedmr_and_fedindep_settings_at_their_limits():
         ALGORITHMS["fedindep"](models=0)
 
 
+def test_fedmr_plan_check_allows_its_limits_themselves():
+    """FedMR's plan check (``check_plan``): the aggregation stage may take every round of the
+    experiment (first_stage_rounds = rounds: FedAvg with uniform weights throughout) but not more,
+    and m may equal a partition's number of clients (every client trains each round) but not exceed it."""
+    plan = PlanContext(name="fedmr", entry={}, training={"rounds": 4}, clients={"dir": 6, "iid": 8})
+    assert ALGORITHMS["fedmr"](first_stage_rounds=4).check_plan(plan) is None
+    assert ALGORITHMS["fedmr"](first_stage_rounds=5).check_plan(plan) == (
+        "algorithms.fedmr.first_stage_rounds = 5 exceeds the experiment's rounds (4)")
+    assert ALGORITHMS["fedmr"](models=6).check_plan(plan) is None
+    assert ALGORITHMS["fedmr"](models=7).check_plan(plan) == (
+        "algorithms.fedmr.models = 7 intermediate models exceed the 6 clients of partitions.dir")
+    assert ALGORITHMS["fedmr"]().check_plan(plan) is None
+
+
+def test_fedmr_refuses_a_round_whose_sample_no_longer_matches_its_models():
+    """FedMR module docstring: without ``models``, m is the number of clients sampled per round, and
+    intermediate model i is trained by the i-th sampled client.  A state built for m = 3 (participation
+    0.6 of 5 clients) meeting a federation that now samples 2 per round (0.4) is refused, not trained
+    on 3 clients the federation would not sample; with ``models = 3`` the round draws 3 all the same."""
+    model = mlp()
+    fed = make_federation(make_data(FEDMR_DATA), model, HP, 0.6)
+    state = ALGORITHMS["fedmr"]().init(fed, model_weights(model))
+    fed.participation = 0.4
+    with pytest.raises(ValueError, match="FedMR keeps 3 intermediate models but 2 clients were sampled"):
+        ALGORITHMS["fedmr"]().round(fed, state, 1)
+    state, _ = ALGORITHMS["fedmr"](models=3).round(fed, state, 1)
+    assert state["models"]["1.weight"].shape[0] == 3
+
 def test_recombination_units_of_a_module_with_its_own_parameter():
     """Recombination units (module docstring): in module registration order, a module's own
     parameters and buffers form a unit; a root module's own parameter is a unit named without a
@@ -487,6 +599,28 @@ def test_fedmut_init_keeps_one_model_per_sampled_client():
         assert state["global"] is initial
         for k, v in initial.items():
             assert torch.equal(state["models"][k], v.expand(m, *v.shape))
+
+
+def test_mutate_copies_integer_entries_of_any_shape_and_keeps_every_dtype():
+    """FedMut module docstring: entry k of model j is w_glob[k] + alpha Delta[k] c_kj, the m = 4
+    coefficients of each entry two 1s and two -1 + rate; integer entries are not mutated but copied
+    from w_glob, whatever their shape and wherever they sit in the state dict (BatchNorm's counter
+    lies between two layers' weights); every entry keeps its dtype.  rate = 0.5 (c in {1, -1/2}),
+    alpha = 2 and small dyadic values make every product exact, in bfloat16 too."""
+    w = {"w": torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, -1.5]], dtype=torch.float64), "count": torch.tensor(5),
+         "steps": torch.tensor([4, 9]), "b": torch.tensor([1.0, 2.0, -3.0], dtype=torch.bfloat16)}
+    delta = {"w": torch.tensor([[0.25, -0.5, 1.0], [2.0, 0.125, -1.0]], dtype=torch.float64),
+             "b": torch.tensor([0.25, -0.5, 1.0], dtype=torch.bfloat16)}
+    out = mutate(w, delta, 4, 2.0, 0.5, torch.Generator().manual_seed(0))
+    assert list(out) == ["w", "count", "steps", "b"]
+    assert out["count"].tolist() == [5] * 4 and out["steps"].tolist() == [[4, 9]] * 4
+    for k in ("count", "steps"):
+        assert out[k].dtype == torch.int64
+    for k in ("w", "b"):
+        assert out[k].dtype == w[k].dtype and out[k].shape == (4, *w[k].shape)
+        up, down = w[k] + 2.0 * delta[k], w[k] - delta[k]
+        is_up = [torch.equal(out[k][j], up) for j in range(4)]
+        assert sum(is_up) == 2 and all(u or torch.equal(out[k][j], down) for j, u in enumerate(is_up)), k
 
 
 # ---- FedGen --------------------------------------------------------------------------------------
@@ -702,6 +836,30 @@ def test_fedgen_client_gradient_decays_alpha_beta_and_masks_the_real_samples(rou
         torch.testing.assert_close(ce[c], plain.detach())
     assert not generator.training  # the client step uses the generator in evaluation mode
 
+
+
+def test_fedgen_client_step_draws_each_clients_own_dropout_masks():
+    """FedGen's client step is vmapped over the clients, and each client draws its own dropout masks
+    (as the engine's plain local step does) on a model with dropout: the registry's ``mlp_dropout``
+    (FLT Table 11, dropout 0.5).  With alpha = beta = 0 the local loss is the plain CE, so two clients
+    at the same weights on the same minibatch differ only by their masks: their gradients and losses
+    differ, and each is a gradient of that client's CE under some mask (finite, the right shapes)."""
+    data = make_data([6, 6])
+    model = build_model({"arch": "mlp_dropout", "hidden": 16}, (5,), 3)
+    fed = make_federation(data, model, HP, 1.0, seed=3)
+    algorithm = ALGORITHMS["fedgen"](generative_alpha=0.0, generative_beta=0.0, noise_dim=4, hidden=8)
+    state = algorithm.init(fed, model_weights(model))
+    step = algorithm._client_gradient(fed, state, 2)
+    params = broadcast({n: p.detach() for n, p in model.named_parameters()}, 2)
+    rows = data.train.index[0][:4]
+    x, y = data.x[rows].expand(2, 4, 5), data.y[rows].expand(2, 4)
+    torch.manual_seed(0)
+    model.train()
+    grads, ce = step(params, {}, x, y, torch.ones(2, 4))
+    for n, p in model.named_parameters():
+        assert grads[n].shape == (2, *p.shape) and torch.isfinite(grads[n]).all()
+    assert not torch.allclose(grads["1.weight"][0], grads["1.weight"][1])
+    assert ce.shape == (2,) and float(ce[0]) != float(ce[1])
 
 # ---- the custom local step's loss --------------------------------------------------------------------
 

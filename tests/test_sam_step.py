@@ -12,6 +12,7 @@ from fedbench.engine.custom_step import train_with_gradient
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.sam_step import asam_gradient, asam_step
 from fedbench.engine.weights import broadcast, model_weights
+from fedbench.models import build_model
 
 
 def test_one_asam_step_on_a_quadratic():
@@ -61,7 +62,7 @@ def reference_asam(model, data, start, clients, plan, hp, rho, eta):
             with torch.no_grad():
                 scaled = {n: (p.abs() + eta) * p.grad if "weight" in n else p.grad for n, p in named.items()}
                 norm = torch.sqrt(sum((s**2).sum() for s in scaled.values()))
-                eps = {n: rho * ((p.abs() + eta) * scaled[n] if "weight" in n else scaled[n]) / (norm + 1e-12) for n, p in named.items()}
+                eps = {n: rho * ((p.abs() + eta) * scaled[n] if "weight" in n else scaled[n]) / (norm + 1e-16) for n, p in named.items()}
                 for n, p in named.items():
                     p.add_(eps[n])
             opt.zero_grad()
@@ -92,3 +93,49 @@ def test_vectorised_asam_matches_a_per_client_loop():
         torch.testing.assert_close(got_w[k], want_w[k], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(got_loss, want_loss, atol=1e-5, rtol=1e-4)
     assert not torch.allclose(got_w["1.weight"], start["1.weight"])
+
+
+def test_asam_ascends_along_a_tiny_gradient():
+    """ASAM's ascent eps = rho T^2 g / ||T g|| takes the released code's guard against a zero norm,
+    rho T^2 g / (||T g|| + 1e-16) (``utils/sam_minimizers.py``: ``wgrad_norm + 1.e-16``): a zero
+    gradient gives eps = 0 (no NaN), and a gradient of norm 2^-52 ~ 2.2e-16 (a client at a minimum
+    up to rounding) is still ascended, uphill, by rho 2^-52 / (2^-52 + 1e-16) ~ 0.69 rho.  On f of
+    the quadratic test: client 0 at w = c / a, b = 1 (g = 0); client 1 at w = c / a, b = 1 + 2^-52
+    (g = (0, 2^-52)); client 2 an ordinary point."""
+    a, c = np.array([2.0, 0.5, 1.0]), np.array([1.0, -1.0, 0.0])
+    w0 = np.array([c / a, c / a, [1.0, -2.0, 0.5]])
+    b0 = np.array([1.0, 1.0 + 2.0**-52, 3.0])
+    rho, eta = 0.1, 0.0
+
+    def grad_fn(params):
+        w, b = params["layer.weight"], params["layer.bias"]
+        return {"layer.weight": torch.tensor(a) * w - torch.tensor(c), "layer.bias": b - 1}, b
+
+    grads, _ = asam_gradient(grad_fn, rho, eta)({"layer.weight": torch.tensor(w0), "layer.bias": torch.tensor(b0)})
+    for i in range(3):
+        g_w, g_b = a * w0[i] - c, b0[i] - 1
+        t = np.abs(w0[i]) + eta
+        norm = np.sqrt(np.sum((t * g_w) ** 2) + g_b**2)
+        eps_w, eps_b = rho * t**2 * g_w / (norm + 1e-16), rho * g_b / (norm + 1e-16)
+        np.testing.assert_allclose(grads["layer.weight"][i].numpy(), a * (w0[i] + eps_w) - c, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(grads["layer.bias"][i].numpy(), b0[i] + eps_b - 1, rtol=1e-12, atol=1e-15)
+    assert float(grads["layer.bias"][0]) == 0.0 and not grads["layer.weight"][0].any()
+    assert 0.06 < float(grads["layer.bias"][1]) < 0.07  # uphill (the sign of g_b > 0), 2^-52 / (2^-52 + 1e-16) of rho
+
+
+def test_asam_draws_each_clients_own_dropout_masks():
+    """FedASAM's local step is vmapped over the clients, and each client draws its own dropout masks
+    (as the engine's plain local step does) on a model with dropout, the registry's ``mlp_dropout``
+    (FLT Table 11, dropout 0.5): two clients at the same weights on the same minibatch get different
+    gradients and losses (finite, of the parameters' shapes)."""
+    data = make_data([6, 6])
+    model = build_model({"arch": "mlp_dropout", "hidden": 16}, (5,), 3).train()
+    params = broadcast({n: p.detach() for n, p in model.named_parameters()}, 2)
+    rows = data.train.index[0][:4]
+    x, y = data.x[rows].expand(2, 4, 5), data.y[rows].expand(2, 4)
+    torch.manual_seed(0)
+    grads, loss = asam_step(model, 0.1, 0.0)(params, {}, x, y, torch.ones(2, 4))
+    for n, p in model.named_parameters():
+        assert grads[n].shape == (2, *p.shape) and torch.isfinite(grads[n]).all()
+    assert not torch.allclose(grads["1.weight"][0], grads["1.weight"][1])
+    assert loss.shape == (2,) and float(loss[0]) != float(loss[1])

@@ -26,8 +26,9 @@ def asam_scale(name: str, w: torch.Tensor, eta: float) -> torch.Tensor | None:
     return w.abs() + eta if "weight" in name else None
 
 
-def asam_perturbation(params: Weights, grads: Weights, rho: float, eta: float, eps: float = 1e-12) -> Weights:
-    """epsilon = rho T_w^2 g / ||T_w g|| for stacked ``params``/``grads`` (norm per client row)."""
+def asam_perturbation(params: Weights, grads: Weights, rho: float, eta: float, eps: float = 1e-16) -> Weights:
+    """epsilon = rho T_w^2 g / (||T_w g|| + eps) for stacked ``params``/``grads`` (norm per client row);
+    eps = 1e-16 is the released code's guard against a zero gradient (``wgrad_norm + 1.e-16``)."""
     scaled = {}
     for n, g in grads.items():
         t = asam_scale(n, params[n], eta)

@@ -480,3 +480,60 @@ def test_markdown_of_a_hand_made_card_exactly():
         "",
     ])
     assert to_markdown(card) == expected
+
+
+# --- survivors of the results group's mutation run at 1ea9dfb (docs/mutation/results.md) ------------
+
+
+def published_cells(md: str) -> list[str]:
+    """The "published" cells of every table row of a scorecard's Markdown, stripped, in order."""
+    cells = []
+    for line in md.splitlines():
+        if line.startswith("| method"):
+            column = [cell.strip() for cell in line.strip("|").split("|")].index("published")
+        elif line.startswith("|") and not line.startswith("|:"):
+            cells.append([cell.strip() for cell in line.strip("|").split("|")][column])
+    return cells
+
+
+TWO_ROWS = pd.DataFrame([
+    ("pz", "Table 9", "Zeta", "", "FedAvg", "E=1", "accuracy", "test", "std_error", 80.0, 0.5, "Table 3: 81.00 ± 0.40",
+     79.0, 1.0, 2, 0, -1.0, -0.894, "agree", "fedavg", "mnist", "s1", "", ""),
+    ("pz", "Table 9", "Zeta", "", "FedProx", "mu=1", "accuracy", "test", "std_error", 60.0, 2.0, NAN,
+     61.0, 1.0, 2, 0, 1.0, 0.447, "agree", "fedprox", "mnist", "s1", "", ""),
+], columns=CARD_COLUMNS)
+
+
+def test_markdown_of_a_card_without_the_also_published_column():
+    """A card without ``also_published`` (a scorecard.csv written before the column existed, or a
+    hand-made card) still renders, without a pandas warning: every row of a two-row table shows its
+    own published number alone, "80.00 ± 0.50" and "60.00 ± 2.00", with nothing after it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        md = to_markdown(TWO_ROWS.drop(columns="also_published"))
+    assert published_cells(md) == ["80.00 ± 0.50", "60.00 ± 2.00"]
+
+
+def test_markdown_shows_a_blank_other_tables_number_as_nothing():
+    """A blank ``also_published`` cell (NaN, as a CSV reads a blank text cell back) adds nothing to
+    the published cell: "60.00 ± 2.00" alone, while the row beside it still shows its other table's
+    number after " / "."""
+    assert published_cells(to_markdown(TWO_ROWS)) == ["80.00 ± 0.50 / Table 3: 81.00 ± 0.40", "60.00 ± 2.00"]
+
+
+def test_a_train_figure_the_history_leaves_blank_is_nan_in_a_nullable_history(tmp_path):
+    """A run whose history has no train accuracy at the reported round gives NaN (not recorded), also
+    where the history was read with pandas' nullable dtypes (``dtype_backend="numpy_nullable"``: the
+    blank cell is ``pd.NA``, not NaN); the test accuracy at the same (last) round, 0.8, reads as 80 %."""
+    from fedbench.protocols import PROTOCOLS
+    from fedbench.results.published import Link
+    from fedbench.results.scorecard import reported_number
+
+    path = tmp_path / "history.csv"
+    path.write_text("round,acc_mean,train_acc_mean\n1,0.5,0.9\n2,0.8,\n")
+    protocol, link = PROTOCOLS["mean_client_last"], Link("a", "m", "s")
+    for history in (pd.read_csv(path), pd.read_csv(path, dtype_backend="numpy_nullable")):
+        assert math.isnan(reported_number(history, protocol, link, "accuracy", "train"))
+        assert reported_number(history, protocol, link, "accuracy", "test") == pytest.approx(80.0)

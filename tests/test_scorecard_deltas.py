@@ -68,7 +68,8 @@ def test_a_cell_printed_twice_differently_is_one_row_by_hand(tmp_path):
     """FeMAM Tiny ImageNet client-wise FeSEM+: Table C.3 prints 37.38 ± 1.45, Table 1 44.93 ± 0.34.
     Made up here: C.3 prints 40.0 ± 2.0, Table 1 44.0 ± 0.0 for the same cell; two seeds at 41 and 43 %.
     One row, under C.3 (the experiment's own table, linked first): published 40.0, reproduced 42.0,
-    difference +2.0, Table 1's number beside it; macro-F1, printed alike in both tables, stays two rows."""
+    difference +2.0, Table 1's number beside it; macro-F1, printed alike in both tables, stays two rows,
+    each with nothing beside it (no other number, no other row; its Markdown cell the number alone)."""
     published = pd.DataFrame(
         [
             ("femam", "Table C.3", "Tiny", "ResNet-9", "dir", "s", "FeSEM+", "accuracy", "test", 40.0, 2.0, "mean±std over 4 runs"),
@@ -98,6 +99,101 @@ def test_a_cell_printed_twice_differently_is_one_row_by_hand(tmp_path):
     assert row["also_published"] == "Table 1: 44.00 ± 0.00" and row["also_published_row"] == "2"
     assert "Table 1: FLAG: differs" in row["notes"] and "scored against Table C.3" in row["note"]
     assert "| 40.00 ± 2.00 / Table 1: 44.00 ± 0.00 |" in to_markdown(card)
+    f1 = card[card["metric"] == "macro_f1"]
+    assert f1["also_published"].tolist() == ["", ""] and f1["also_published_row"].tolist() == ["", ""]
+    assert markdown_cells(to_markdown(card), "published") == ["40.00 ± 2.00 / Table 1: 44.00 ± 0.00", "30.00 ± 1.00", "30.00 ± 1.00"]
     # coverage still counts both published numbers as planned and reproduced
     total = coverage(published, [card]).iloc[-1]
     assert (total["published"], total["planned"], total["reproduced"]) == (4, 4, 4)
+
+
+# --- survivors of the results group's mutation run at 1ea9dfb (docs/mutation/results.md) ------------
+
+
+def femam_cell_runs(root: Path, algorithm: str, accuracies: list[float], short: int | None = None) -> list[Path]:
+    """``femam_run``s of seeds 0, 1, ... in the made-up experiment "e"; the run of seed ``short``
+    ends at round 2 (its history's third row removed)."""
+    runs = []
+    for seed, accuracy in enumerate(accuracies):
+        run = femam_run(root, algorithm, seed, accuracy)
+        metrics = json.loads((run / "metrics.json").read_text())
+        metrics["cell"]["experiment"] = "e"
+        (run / "metrics.json").write_text(json.dumps(metrics))
+        if seed == short:
+            history = pd.read_csv(run / "history.csv")
+            history[history["round"] <= 2].to_csv(run / "history.csv", index=False)
+        runs.append(run)
+    return runs
+
+
+def femam_experiment(rows: dict, algorithms: list[str]) -> dict:
+    return {
+        "protocol": "femam",
+        "grid": [{"datasets": ["cifar100"], "partitions": ["femam_ml3.6.11"], "models": ["resnet9"], "algorithms": algorithms}],
+        "published": {"paper": "femam", "table": "Table A", "dataset": "Tiny", "partition": "dir", "model": "ResNet-9",
+                      "rows": rows},
+    }
+
+
+PUBLISHED_COLUMNS = ["paper", "table", "dataset", "model", "partition", "setting", "method", "metric", "split", "value", "std", "notes"]
+
+
+def test_the_default_against_itself_keeps_the_runs_own_note(tmp_path):
+    """FeMAM's "+0.00" row (the default against itself, ``relative_to`` its own algorithm) with T = 3:
+    seed 2's run ends at round 2, so it is skipped and said so, and the row also says that the
+    difference is 0 by definition; the two notes are joined by "; ", each as written.  Seeds 0 and 1
+    give 0 each: reproduced 0.0 from 2 seeds."""
+    published = pd.DataFrame(
+        [("femam", "Table A", "Tiny", "ResNet-9", "dir", "all", "FeMAM", "accuracy", "test", 60.0, 1.0, ""),
+         ("femam", "Table 2", "Tiny", "ResNet-9", "dir", "all", "FeMAM", "accuracy_delta", "test", 0.0, None, "")],
+        columns=PUBLISHED_COLUMNS,
+    )
+    rows = {"femam": [{"method": "FeMAM", "setting": "all", "rounds": 3},
+                      {"method": "FeMAM", "setting": "all", "rounds": 3, "table": "Table 2", "relative_to": "femam"}]}
+    runs = femam_cell_runs(tmp_path, "femam", [0.60, 0.62, 0.99], short=2)
+    card = scorecard({"experiments": {"e": femam_experiment(rows, ["femam"])}}, runs, published).set_index("table")
+    delta = card.loc["Table 2"]
+    assert (delta["reproduced"], delta["seeds"]) == pytest.approx((0.0, 2))
+    assert delta["note"] == "runs end at round 2 < T = 3: not comparable; the algorithm against itself: 0 by definition"
+    assert card.loc["Table A", "note"] == "runs end at round 2 < T = 3: not comparable"
+
+
+def markdown_cells(md: str, column: str) -> list[str]:
+    """The cells of ``column`` in every table row of a scorecard's Markdown, stripped, in order."""
+    cells = []
+    for line in md.splitlines():
+        if line.startswith("| method"):
+            header = [cell.strip() for cell in line.strip("|").split("|")]
+        elif line.startswith("|") and not line.startswith("|:"):
+            cells.append([cell.strip() for cell in line.strip("|").split("|")][header.index(column)])
+    return cells
+
+
+def test_a_cell_printed_differently_in_three_tables_is_one_row_naming_both_others(tmp_path):
+    """One cell printed three times with three numbers: Table A (the experiment's own, linked first)
+    40.0 ± 2.0, Table B 44.0 ± 0.5, Table C 45.0 without a ±.  One row, under Table A, scored against
+    40.0; beside it both other numbers in table order, "Table B: 44.00 ± 0.50; Table C: 45.00", their
+    published rows "1;2", every table's notes ("; "-joined, the others' prefixed by their table), and
+    the reproduction's own note (seed 2's run ends at round 2 < T = 3) followed by the remark naming
+    Tables B and C.  Seeds 0 and 1 at 41 and 43 %: reproduced 42.0.  The Markdown's published cell is
+    Table A's number, then " / " and the other two."""
+    published = pd.DataFrame(
+        [("femam", "Table A", "Tiny", "ResNet-9", "dir", "s", "FeSEM+", "accuracy", "test", 40.0, 2.0, "mean±std over 4 runs"),
+         ("femam", "Table B", "Tiny", "ResNet-9", "dir", "s", "FeSEM+", "accuracy", "test", 44.0, 0.5, "FLAG: B differs"),
+         ("femam", "Table C", "Tiny", "ResNet-9", "dir", "s", "FeSEM+", "accuracy", "test", 45.0, None, "FLAG: C differs")],
+        columns=PUBLISHED_COLUMNS,
+    )
+    rows = {"fesem_plus": [{"method": "FeSEM+", "setting": "s", "rounds": 3},
+                           {"method": "FeSEM+", "setting": "s", "rounds": 3, "table": "Table B"},
+                           {"method": "FeSEM+", "setting": "s", "rounds": 3, "table": "Table C"}]}
+    runs = femam_cell_runs(tmp_path, "fesem_plus", [0.41, 0.43, 0.99], short=2)
+    card = scorecard({"experiments": {"e": femam_experiment(rows, ["fesem_plus"])}}, runs, published)
+    assert len(card) == 1
+    row = card.iloc[0]
+    assert (row["table"], row["published"], row["reproduced"], row["seeds"]) == pytest.approx(("Table A", 40.0, 42.0, 2))
+    assert row["also_published"] == "Table B: 44.00 ± 0.50; Table C: 45.00"
+    assert row["also_published_row"] == "1;2"
+    assert row["notes"] == "mean±std over 4 runs; Table B: FLAG: B differs; Table C: FLAG: C differs"
+    assert row["note"] == ("runs end at round 2 < T = 3: not comparable; "
+                           "the paper prints this cell differently in Table B, Table C: scored against Table A")
+    assert markdown_cells(to_markdown(card), "published") == ["40.00 ± 2.00 / Table B: 44.00 ± 0.50; Table C: 45.00"]

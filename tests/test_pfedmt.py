@@ -132,6 +132,8 @@ def test_global_step_formulas_by_hand():
     torch.testing.assert_close(global_update(x, w_bar, beta, gamma, "eq4"), torch.tensor([1.4, -0.8]))
     # algorithm1: (1 - 0.2) x + 0.5 w_bar = [0.8 + 1.5, -1.6 + 2.0]
     torch.testing.assert_close(global_update(x, w_bar, beta, gamma, "algorithm1"), torch.tensor([2.3, 0.4]))
+    # without a rule: Eq. (4), the default of PFedMT's global_step (the PerMFL_1 code's step)
+    torch.testing.assert_close(global_update(x, w_bar, beta, gamma), torch.tensor([1.4, -0.8]))
     # beta = gamma = 1: both are x <- w_bar ("aggregation and update coincide", Sec. 3.2)
     for rule in ("eq4", "algorithm1"):
         torch.testing.assert_close(global_update(x, w_bar, 1.0, 1.0, rule), w_bar)
@@ -149,6 +151,59 @@ def test_algorithm1_global_step_used_in_round():
     x1, _, _ = pfedmt_round({"p": x0}, team_of, A, tau, quadratic_gradient(c), global_step="algorithm1", **hp)
     torch.testing.assert_close(x4["p"], x0)
     torch.testing.assert_close(x1["p"], (1 - 0.2) * x0 + 0.5 * x0)
+
+
+def test_aggregation_weights_by_hand_with_an_empty_team_and_fractional_sizes():
+    """Alg. 1 lines 8 and 11 by samples: delta_j = n_ij / n_i within team i, tau_i = n_i / n.  Teams
+    [0, 0, 1, 1, 2, 2] holding n = [3, 1, 0, 0, 1, 0]: team 0 delta (3/4, 1/4), tau 4/5; team 2 (one
+    sample in all) delta (1, 0), tau 1/5; team 1 holds no sample: tau 0 and, as the docstring says,
+    uniform delta (1/2, 1/2), so its team model (Eq. 7) stays a finite mix of its devices.  Both are
+    ratios, so the sizes given as fractions of the data (n / 1000) give the same A and tau.  By the
+    PerMFL_1 code's uniform weighting: delta_j = 1 / N_i, tau_i = 1 / M."""
+    team_of = torch.tensor([0, 0, 1, 1, 2, 2])
+    n = torch.tensor([3, 1, 0, 0, 1, 0])
+    A_samples = torch.tensor([[3 / 4, 1 / 4, 0, 0, 0, 0], [0, 0, 1 / 2, 1 / 2, 0, 0], [0, 0, 0, 0, 1, 0]], dtype=DT)
+    A_uniform = torch.tensor([[1 / 2, 1 / 2, 0, 0, 0, 0], [0, 0, 1 / 2, 1 / 2, 0, 0], [0, 0, 0, 0, 1 / 2, 1 / 2]], dtype=DT)
+    for sizes in (n, n.to(DT) / 1000):
+        A, tau = aggregation_weights(team_of, sizes, "samples")
+        torch.testing.assert_close(A, A_samples)
+        torch.testing.assert_close(tau, torch.tensor([4 / 5, 0, 1 / 5], dtype=DT))
+        A, tau = aggregation_weights(team_of, sizes, "uniform")
+        torch.testing.assert_close(A, A_uniform)
+        torch.testing.assert_close(tau, torch.full((3,), 1 / 3, dtype=DT))
+
+
+def test_one_gradient_per_local_iteration_and_the_loss_is_the_mean_over_the_K_L_steps():
+    """Algorithm 1's loops: for k < K team iterations (line 3) and l < L local iterations (line 5) every
+    device's gradient is asked once, as ``device_gradient(theta, k, l)``, in that order.  The round's loss
+    is each device's mean of f_ij over its K L steps, by hand for f_ij = 1/2 ||theta - c_ij||^2 (teams
+    [0, 0, 1], uniform weights, so theta_bar_i is a plain team mean):
+    * K = L = 1: the only step is at theta = w_i^{t,0} = x (lines 2 and 4): the loss is f_ij(x);
+    * K = 1, L = 2: Eq. (10) at theta = w_i has no pull, so the second step is at x - alpha (x - c_ij);
+    * K = 2, L = 1: Eq. (7) with theta_bar_i = x - alpha (x - c_bar_i) gives the second team iteration's
+      start w_i^{t,1} = x - eta lam alpha (x - c_bar_i)."""
+    team_of, c, x0 = setup([0, 0, 1])
+    A, tau = aggregation_weights(team_of, torch.ones(3), "uniform")
+    calls = []
+
+    def gradient(theta, k, l):
+        calls.append((k, l))
+        d = theta["p"] - c
+        return {"p": d}, 0.5 * d.pow(2).sum(1)
+
+    def loss_of(K, L):
+        calls.clear()
+        _, _, loss = pfedmt_round({"p": x0}, team_of, A, tau, gradient, **dict(HP, team_iterations=K, local_iterations=L))
+        assert calls == [(k, l) for k in range(K) for l in range(L)]
+        return loss
+
+    f = lambda theta: 0.5 * (theta - c).pow(2).sum(1)  # noqa: E731
+    a, eta, lam = HP["alpha"], HP["eta"], HP["lam"]
+    c_bar = torch.stack([c[:2].mean(0), c[:2].mean(0), c[2]])
+    torch.testing.assert_close(loss_of(1, 1), f(x0))
+    torch.testing.assert_close(loss_of(1, 2), (f(x0) + f(x0 - a * (x0 - c))) / 2)
+    torch.testing.assert_close(loss_of(2, 1), (f(x0) + f(x0 - eta * lam * a * (x0 - c_bar))) / 2)
+    loss_of(2, 3)
 
 
 def pfedmt_by_hand(fed, x, team, rounds, hp, weighting, global_step):

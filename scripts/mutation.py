@@ -5,6 +5,7 @@
     python scripts/mutation.py --summary          # the table of the last runs, nothing run
     python scripts/mutation.py --fresh ...        # forget earlier results (after the library changed)
     python scripts/mutation.py --survivors ...    # re-test only the last run's survivors (after tests were added)
+    python scripts/mutation.py --groups fedmr --mutants 'fedbench.engine.sam_step*'   # those mutants again (a module changed)
 
 Why per group: mutmut runs, for each mutant, every test that its stats phase saw calling the
 mutated function.  The engine's functions are called by nearly every test, so one run over the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import json
 import os
 import shutil
@@ -179,11 +181,14 @@ def module_of(mutant: str) -> str:
     return dotted.replace(".", "/") + ".py"
 
 
-def record_run(copy: Path, seconds: float, survivors: list[str] | None) -> None:
-    """Append this run's wall time, kind and commit to ``runs.jsonl`` in the group's copy."""
+def record_run(copy: Path, seconds: float, kind: str, selected: list[str] | None) -> None:
+    """Append this run's wall time, kind ('full', 'survivors', 'selected'), mutant count and commit to
+    ``runs.jsonl`` in the group's copy."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    entry = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "seconds": round(seconds),
-             "kind": "survivors" if survivors else "full", "mutants": len(survivors) if survivors else len(outcomes(copy))}
+    names = list(outcomes(copy))
+    count = len(names) if selected is None else sum(any(fnmatch.fnmatch(n, p) for p in selected) for n in names)
+    entry = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "seconds": round(seconds), "kind": kind,
+             "mutants": count}
     with open(copy / "runs.jsonl", "a") as out:
         out.write(json.dumps(entry) + "\n")
 
@@ -236,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="delete the groups' earlier results first")
     parser.add_argument("--survivors", action="store_true",
                         help="re-test only the mutants that survived (or had no test) in the group's last run")
+    parser.add_argument("--mutants", default="", help="comma-separated mutant names or globs to (re-)test, e.g. "
+                        "'fedbench.engine.sam_step*' after that module changed (one group)")
     parser.add_argument("--summary", action="store_true", help="only print the summary of earlier runs")
     args = parser.parse_args(argv)
     if not args.summary:
@@ -243,10 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(groups) - set(GROUPS))
         if unknown:
             parser.error(f"unknown group(s) {', '.join(unknown)}; valid: {', '.join(GROUPS)}")
+        if args.mutants and (args.survivors or len(groups) != 1):
+            parser.error("--mutants takes exactly one group and no --survivors")
         for group in groups:
             previous = args.workdir / group
-            survivors = None
+            survivors = [m for m in args.mutants.split(",") if m] or None  # mutmut takes names and globs alike
+            kind = "selected" if survivors else "full"
             if args.survivors:
+                kind = "survivors"
                 found = outcomes(previous) if (previous / "mutants").is_dir() else {}
                 survivors = sorted(name for name, status in found.items() if status in ("survived", "no tests"))
                 if not survivors:
@@ -254,13 +265,14 @@ def main(argv: list[str] | None = None) -> int:
                     continue
             copy = prepare(group, args.workdir, args.fresh and not args.survivors)
             print(f"mutation: group {group} in {copy} (log: {copy / 'mutmut.log'})"
-                  + (f", re-testing {len(survivors)} survivors" if survivors else ""), flush=True)
+                  + (f", re-testing {len(survivors)} {'survivors' if args.survivors else 'names or globs'}" if survivors else ""),
+                  flush=True)
             started = time.time()
             code = run_group(copy, args.max_children, survivors)
             if code:  # a failed run (e.g. the stats phase's tests failed) is not a timing
                 print(f"mutation: mutmut exited {code} for group {group}; see {copy / 'mutmut.log'}", file=sys.stderr)
                 return code
-            record_run(copy, time.time() - started, survivors)
+            record_run(copy, time.time() - started, kind, survivors)
     print(summary(args.workdir), end="")
     return 0
 

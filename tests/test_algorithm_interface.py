@@ -7,6 +7,7 @@ import inspect
 import typing
 from dataclasses import dataclass
 
+import pandas as pd
 import pytest
 
 from fedbench.algorithms import ALGORITHMS
@@ -38,9 +39,12 @@ def test_every_registered_builder_returns_an_algorithm_with_the_required_methods
 
 
 def test_hook_defaults_switch_their_feature_off():
+    """Every optional hook's default turns its feature off; the result hook ``history_note``, called on
+    the class with a run's history, adds no remark to the scorecard row."""
     algorithm = _Minimal()
     assert [getattr(algorithm, hook)(None, {}) for hook in HOOKS] == [None, None, None, {}, None, None, None]
     assert dict(algorithm.ignored_training) == {} and algorithm.keeps_local_bn is False
+    assert _Minimal.history_note(pd.DataFrame({"round": [1, 2], "acc_mean": [0.5, 0.6]})) == ""
 
 
 @dataclass(frozen=True)
@@ -128,3 +132,79 @@ def test_every_registered_builder_passes_the_check_and_a_misspelt_property_does_
 
     with pytest.raises(TypeError, match="'artifact', which is not a hook; did you mean 'artifacts'"):
         check_algorithm_builder("misspelt_property", build)
+
+
+@dataclass(frozen=True)
+class _NoteOnInstance(_Minimal):
+    def history_note(self, history):  # the scorecard calls it on the class, so it must not need self
+        return "bound to the instance"
+
+
+@dataclass(frozen=True)
+class _MisspeltResultHook(_Minimal):
+    @staticmethod
+    def history_notes(history):  # meant: history_note
+        return "never shown"
+
+
+@dataclass(frozen=True)
+class _MisspeltPlanHook(_Minimal):
+    def check_plans(self, plan):  # meant: check_plan
+        return "algorithms.x: never checked"
+
+
+@dataclass(frozen=True)
+class _MisspeltCapability(_Minimal):
+    def ignored_setting(self, plan):  # meant: ignored_settings
+        return {}
+
+
+def test_result_and_plan_hooks_and_capabilities_are_checked_like_the_run_hooks():
+    """The registration check covers every name the pipeline looks up, not only the run hooks: a
+    ``history_note`` defined on the instance is refused (the results layer calls it on the class), and a
+    near miss of the result hook, the plan hook or the ``ignored_settings`` capability is refused with
+    the name it misses, which would otherwise be switched off silently (the default used instead)."""
+    def on_instance() -> _NoteOnInstance:
+        return _NoteOnInstance()
+
+    def result_hook() -> _MisspeltResultHook:
+        return _MisspeltResultHook()
+
+    def plan_hook() -> _MisspeltPlanHook:
+        return _MisspeltPlanHook()
+
+    def capability() -> _MisspeltCapability:
+        return _MisspeltCapability()
+
+    with pytest.raises(TypeError, match="history_note is called on the class; make it a staticmethod or classmethod"):
+        check_algorithm_builder("on_instance", on_instance)
+    for build, misspelt, meant in [(result_hook, "history_notes", "history_note"), (plan_hook, "check_plans", "check_plan"),
+                                   (capability, "ignored_setting", "ignored_settings")]:
+        with pytest.raises(TypeError, match=f"defines '{misspelt}', which is not a hook; did you mean '{meant}'"):
+            check_algorithm_builder(build.__name__, build)
+
+
+@dataclass(frozen=True)
+class _WithHelpers(_Minimal):
+    def clusters(self, fed, state):
+        return self._clusters(state)
+
+    def _clusters(self, state):  # private: the class's own business, however close to a hook's name
+        return state.get("assignment")
+
+    def cluster_sizes(self, state):  # public, shares a word with ``clusters`` without misspelling it
+        return None
+
+    def summarise(self, state):  # public, shares a stem with ``summary``
+        return None
+
+
+def test_helpers_named_after_a_hook_without_misspelling_it_are_accepted():
+    """Only a public name that is a near miss of a hook's (``cluster`` for ``clusters``, ``artifact``
+    for ``artifacts``) is refused: a private helper (``_clusters``) and public helpers that merely share
+    a word or a stem with a hook (``cluster_sizes``, ``summarise``) register, as the algorithms' own
+    helpers (FeSEM's, FLT's, CFL's) must."""
+    def build() -> _WithHelpers:
+        return _WithHelpers()
+
+    check_algorithm_builder("helpers", build)

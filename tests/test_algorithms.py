@@ -28,10 +28,12 @@ def mlr_gradient(w, b, x, y, classes):
     return residual.T @ x / len(y), residual.mean(0)
 
 
-def sgd_by_hand(w, b, x, y, batches, lr, *, mu=0.0, momentum=0.0):
+def sgd_by_hand(w, b, x, y, batches, lr, *, mu=0.0, momentum=0.0, center=None):
     """``torch.optim.SGD`` (dampening 0; the first step's buffer is the gradient) over ``batches`` (lists
-    of data rows) on mean cross-entropy + mu/2 ||(W, b) - (W0, b0)||^2, from (W0, b0) = (w, b)."""
-    w0, b0, buf = w, b, None
+    of data rows) on mean cross-entropy + mu/2 ||(W, b) - (W0, b0)||^2, from (w, b); the anchor
+    (W0, b0) is ``center``, by default the start (w, b)."""
+    w0, b0 = (w, b) if center is None else center
+    buf = None
     for rows in batches:
         gw, gb = mlr_gradient(w, b, x[rows], y[rows], len(b))
         gw, gb = gw + mu * (w - w0), gb + mu * (b - b0)
@@ -125,6 +127,38 @@ def test_fedavg_and_fedprox_rounds_by_hand(method, params, momentum):
     w, b = fedavg_by_hand(data, hp, seed=3, sampled=2, rounds=3, mu=params.get("mu", 0.0))
     np.testing.assert_allclose(state["global"]["1.weight"].numpy(), w, atol=1e-5)
     np.testing.assert_allclose(state["global"]["1.bias"].numpy(), b, atol=1e-5)
+
+
+def test_train_clients_anchors_the_proximal_term_at_the_given_center():
+    """Local SGD on F_k(v) + mu/2 ||v - c||^2 is anchored at ``center`` c when one is given, not at the
+    model it starts from: Ditto's personal update (Li et al. 2021, Algorithm 1) runs from each client's
+    own v_k and adds lam (v_k - w^t), w^t the round's global model.  Two clients start from different
+    models and are pulled toward a third, common one (mu = 0.9, two epochs of batches of 4), replayed
+    by hand on the federation's stream; anchored at their starts they would end elsewhere."""
+    data = make_data([7, 10], test=2)
+    hp = LocalSGD(epochs=2, batch_size=4, lr=0.3, prox_mu=0.9)
+    fed = make_federation(data, zero_mlr(), LocalSGD(epochs=1, batch_size=4, lr=0.3), seed=4)
+    rng = np.random.default_rng(1)
+    starts = [(rng.normal(size=(3, 5)).astype(np.float32), rng.normal(size=3).astype(np.float32)) for _ in range(2)]
+    center = (rng.normal(size=(3, 5)).astype(np.float32), rng.normal(size=3).astype(np.float32))
+
+    def stacked(models):
+        return {"1.weight": torch.from_numpy(np.stack([w for w, _ in models])),
+                "1.bias": torch.from_numpy(np.stack([b for _, b in models]))}
+
+    clients = torch.tensor([0, 1])
+    trained, _ = fed.train_clients(stacked(starts), clients, hp=hp, center=stacked([center, center]))
+
+    plan = make_batch_plan(data.train.counts[clients], hp.epochs, hp.batch_size, torch.Generator().manual_seed(4))
+    x, y = numpy_data(data)
+    for k in range(2):
+        start = tuple(v.astype(np.float64) for v in starts[k])
+        batches = client_batches(data, plan, k, k)
+        w, b = sgd_by_hand(*start, x, y, batches, hp.lr, mu=hp.prox_mu, center=tuple(v.astype(np.float64) for v in center))
+        np.testing.assert_allclose(trained["1.weight"][k].numpy(), w, atol=1e-5)
+        np.testing.assert_allclose(trained["1.bias"][k].numpy(), b, atol=1e-5)
+        at_start, _ = sgd_by_hand(*start, x, y, batches, hp.lr, mu=hp.prox_mu)
+        assert np.abs(at_start - w).max() > 1e-2  # the anchor matters in this case
 
 
 def test_local_trains_only_the_sampled_clients_each_on_its_own_data():

@@ -162,6 +162,26 @@ def test_local_on_validation_rows_needs_them_and_is_femams_grid_setting():
     assert GRID["algorithms"]["local"] == {"method": "local", "train_on": "train_val"}
 
 
+def test_one_local_instance_trains_each_federation_on_its_own_training_and_validation_rows():
+    """An algorithm is a plain value: one ``Local(train_on="train_val")`` may serve two federations
+    (initialised one after the other, then trained in turn), and each client of each trains on its own
+    federation's training + validation rows (FeMAM App. C.1), one full-batch step by plain autograd."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 3))
+    first, second = data_with_val((6, 4, 5)), data_with_val((3, 8, 2))
+    feds = [make_federation(data, model, LocalSGD(epochs=1, batch_size=64, lr=0.5)) for data in (first, second)]
+    start = model_weights(model)
+    alg = ALGORITHMS["local"](train_on="train_val")
+    states = [alg.init(fed, start) for fed in feds]
+    states = [alg.round(fed, state, 1)[0] for fed, state in zip(feds, states)]
+    for data, state in zip((first, second), states):
+        for k in range(data.num_clients):
+            rows = torch.cat([data.train.index[k, : int(data.train.counts[k])], data.val.index[k, :2]])
+            expected = one_gd_step(model, start, data.x[rows], data.y[rows], 0.5)
+            for name, value in expected.items():
+                torch.testing.assert_close(state["clients"][name][k], value, atol=1e-5, rtol=1e-5)
+
+
 # ---- items 5-7: FeMAM's new levels, training after the last level, the row of a level addition ---
 
 import fedbench.algorithms.femam as femam_module  # noqa: E402

@@ -34,11 +34,11 @@ class FedRep(Algorithm):
     def _trainer(self, fed: Federation, part: str):
         """Trainer of the model with the body (``part="head"``) or the head (``"body"``) frozen."""
         key = (id(fed.data), part)
-        if key not in self._trainers:
+        if key not in self._trainers:  # the entry holds fed.data, so no later object can take its id
             head = head_names(fed)
             frozen = [n for n in parameter_names(fed.model) if n not in head] if part == "head" else head
-            self._trainers[key] = trainer_for(fed, frozen_copy(fed.model, frozen).to(fed.device))
-        return self._trainers[key]
+            self._trainers[key] = (fed.data, trainer_for(fed, frozen_copy(fed.model, frozen).to(fed.device)))
+        return self._trainers[key][1]
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "heads": broadcast({k: initial[k] for k in head_names(fed)}, fed.num_clients)}

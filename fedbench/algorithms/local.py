@@ -44,10 +44,10 @@ class Local(Algorithm):
         if self.train_on == "train":
             return fed
         key = id(fed.data)
-        if key not in self._trainers:
+        if key not in self._trainers:  # the entry holds fed.data, so no later object can take its id
             data = with_validation_rows(fed.data)
-            self._trainers[key] = (data, trainer_for(fed, fed.model, data))
-        data, trainer = self._trainers[key]
+            self._trainers[key] = (fed.data, data, trainer_for(fed, fed.model, data))
+        _, data, trainer = self._trainers[key]
         return replace(fed, data=data, trainer=trainer)
 
     def init(self, fed: Federation, initial: Weights) -> dict:

@@ -28,7 +28,7 @@ from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.clusamp import CluSamp, dissimilarity, sampling_distributions
 from fedbench.algorithms.fedexp import fedexp_step_size
 from fedbench.algorithms.fedgen import Generator, diversity_loss, generator_loss, head_names
-from fedbench.algorithms.fedmr import sample_distinct
+from fedbench.algorithms.fedmr import sample_distinct, uniform_average
 from fedbench.algorithms.fedmut import mutate
 from fedbench.algorithms.recombination import recombination_units, recombine, segment_of_units
 from fedbench.engine.custom_step import masked_cross_entropy
@@ -884,3 +884,18 @@ def test_segments_partition_edge():
     ceil(j / 1.5) = 1, 2, 2."""
     assert segment_of_units(3, 1.0) == [1, 1, 1]
     assert segment_of_units(3, 0.5) == [1, 2, 2]
+
+
+def test_the_server_steps_keep_the_models_device():
+    """FedMR's average (Alg. 1 line 11), recombination (line 10) and FedMut's mutation build their
+    coefficients and permutations on the CPU; each must meet the models on their own device.  The
+    meta device stands in for a GPU: any CPU tensor mixed into its arithmetic raises, as CUDA does
+    (the average's CPU weights stopped every FedMR and FedMut cell on a GPU at its first round)."""
+    m = 4
+    stacked = {"w": torch.zeros(m, 3, 2, device="meta"), "b": torch.zeros(m, 2, device="meta")}
+    average = uniform_average(stacked)
+    assert {k: (v.device.type, tuple(v.shape)) for k, v in average.items()} == {"w": ("meta", (3, 2)), "b": ("meta", (2,))}
+    mixed = recombine(stacked, [["w"], ["b"]], [0, 1], torch.Generator().manual_seed(0))
+    assert all(v.device.type == "meta" and v.shape == stacked[k].shape for k, v in mixed.items())
+    mutated = mutate(average, average, m, 4.0, 0.3, torch.Generator().manual_seed(0))
+    assert all(v.device.type == "meta" and v.shape == stacked[k].shape for k, v in mutated.items())

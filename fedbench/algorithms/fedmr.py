@@ -33,8 +33,8 @@ from fedbench.engine.weights import Weights, broadcast, shared, weighted_average
 
 def uniform_average(stacked: Weights) -> Weights:
     """(1/m) sum_i w_i over the stacked axis (FedMR Alg. 1 line 11)."""
-    m = next(iter(stacked.values())).shape[0]
-    return weighted_average(stacked, torch.ones(m))
+    first = next(iter(stacked.values()))
+    return weighted_average(stacked, torch.ones(first.shape[0], device=first.device))
 
 
 def sample_distinct(fed: Federation, count: int | None) -> torch.Tensor:

@@ -9,9 +9,12 @@ local epoch of batch 4, two minibatch steps where a method counts steps, one tea
 FLT's encoders are untrained ConvAEs of the cell's shape.  A method that stops at its first
 forward on one model (as the Moreau family did on every BatchNorm model) fails here by name.
 About 10 minutes on 2 cores: marked slow (``pytest -m slow tests/test_paper_grids_train.py``).
+``FEDBENCH_TEST_DEVICE=cuda`` runs every pairing on the GPU, data and model on the device as the
+pipeline puts them (``benchmarks/gpu_check.sh --grids``).
 """
 
 import itertools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "config" / "experiments"
 SCALED_DOWN = {"local_steps": 2, "inner_steps": 1, "team_iterations": 1, "local_iterations": 2}
 ROUND_SETTINGS = ("momentum", "weight_decay", "bn_aggregation", "participation", "engine")
 CLIENTS, ROWS = 12, 8  # per client: ROWS training, test and validation rows each
+DEVICE = torch.device(os.environ.get("FEDBENCH_TEST_DEVICE", "cpu"))
 
 
 def planned_pairings() -> dict[str, dict]:
@@ -69,8 +73,8 @@ def synthetic_data(shape: tuple[int, ...], classes: int) -> FederatedData:
     x = torch.randn(CLIENTS * 3 * ROWS, *shape)
     y = torch.arange(len(x)) % classes
     split = [[np.arange((3 * c + s) * ROWS, (3 * c + s + 1) * ROWS) for c in range(CLIENTS)] for s in range(3)]
-    train, test, val = (ClientIndex.from_lists(rows, "cpu") for rows in split)
-    return FederatedData(x, y, train, test, classes, val)
+    train, test, val = (ClientIndex.from_lists(rows, DEVICE) for rows in split)
+    return FederatedData(x.to(DEVICE), y.to(DEVICE), train, test, classes, val)
 
 
 def untrained_encoder(config: dict, name: str, shape: tuple[int, ...], folder: Path) -> None:
@@ -88,7 +92,7 @@ def test_every_planned_pairing_trains_two_rounds(pairing, tmp_path):
     if "encoder" in entry:
         untrained_encoder(p["config"], entry["encoder"], p["shape"], tmp_path)
     data = synthetic_data(p["shape"], p["classes"])
-    model = build_model(p["model"], p["shape"], p["classes"])
+    model = build_model(p["model"], p["shape"], p["classes"]).to(DEVICE)
     local = LocalSGD(epochs=1, batch_size=4, lr=0.01, momentum=training["momentum"], weight_decay=training["weight_decay"])
     fed = Federation(model=model, data=data, trainer=VectorisedTrainer(model, data), local=local,
                      participation=training["participation"], generator=torch.Generator().manual_seed(0), seed=0,

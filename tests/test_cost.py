@@ -115,16 +115,22 @@ def test_a_budget_too_small_stops_the_config_before_any_job():
     check_config(config)
 
 
-def test_cost_command_counts_the_jobs_and_marks_uncalibrated_gpu_figures(tmp_path, capsys):
-    from fedbench.cost_report import config_costs, main
+def test_cost_command_counts_the_jobs_and_marks_uncalibrated_gpu_figures(tmp_path, capsys, monkeypatch):
+    import fedbench.cost_report as cost_report
+    from fedbench.cost import throughputs
 
     config_file = Path(__file__).parent / "data" / "tiny_config.yaml"
-    assert main([str(config_file)]) == 0
+    measured = throughputs()
+    assert "mlp" in measured["cuda"]["families"]  # measured on an H100 (benchmarks/gpu_check.sh)
+    assert cost_report.main([str(config_file)]) == 0
+    assert "H100-class GPU (uncalibrated*)" not in capsys.readouterr().out
+    unmeasured = {**measured, "cuda": {k: v for k, v in measured["cuda"].items() if k != "families"}}
+    monkeypatch.setattr(cost_report, "throughputs", lambda: unmeasured)
+    assert cost_report.main([str(config_file)]) == 0
     out = capsys.readouterr().out
     # 2 partitions x 2 algorithms x 1 seed = 4 training jobs; 2 partition jobs
     assert "tiny_config.yaml: 4 training jobs (+ 2 partition jobs)" in out
     assert "H100-class GPU (uncalibrated*)" in out  # no GPU figure measured for the MLP family
-    costs = config_costs(yaml.safe_load(config_file.read_text()))["tiny"]
+    costs = cost_report.config_costs(yaml.safe_load(config_file.read_text()))["tiny"]
     assert costs["jobs"] == 4 and costs["calibrated"]["cuda"] is False
-    # four cells of 60 s overhead each at least, and FLOPs of a few seconds: 4 x 60 s < total < 4 x 120 s
     assert 4 * 60 / 3600 < costs["hours"]["cpu"] < 4 * 120 / 3600

@@ -147,6 +147,28 @@ def test_mnist_reads_gzipped_idx_and_normalises_half(tmp_path):
     np.testing.assert_allclose(ds.x[2, 0], expected, atol=1e-6)
 
 
+def test_gzipped_idx_appears_under_its_name_only_once_whole(tmp_path, monkeypatch):
+    """Two jobs of one dataset (two partitions, say) may start together: while one decompresses a
+    file, the other must not find a half-written file under the real name (it did, and torchvision
+    failed on its empty header).  Each file is decompressed elsewhere and moved into place whole."""
+    import torchvision.datasets.utils as tv_utils
+
+    raw = tmp_path / "MNIST" / "raw"
+    write_mnist(raw, MNIST_NAMES, 6, 4, compress=True)
+    extract = tv_utils.extract_archive
+    visible_while_writing = []
+
+    def watched(from_path, to_path=None, *args, **kwargs):
+        out = extract(from_path, to_path, *args, **kwargs)
+        visible_while_writing.append((raw / Path(from_path).stem).exists())
+        return out
+
+    monkeypatch.setattr(tv_utils, "extract_archive", watched)
+    ds = load_dataset({"source": "mnist"}, tmp_path)
+    assert visible_while_writing == [False] * 4 and len(ds.y) == 10
+    assert sorted(p.name for p in raw.iterdir()) == sorted(MNIST_NAMES + [f"{n}.gz" for n in MNIST_NAMES])
+
+
 def test_fashion_mnist_reads_uncompressed_idx_without_normalisation(tmp_path):
     arrays = write_mnist(tmp_path / "FashionMNIST" / "raw", MNIST_NAMES, 5, 3, compress=False)
     ds = DATASETS["fashion_mnist"](tmp_path)

@@ -21,7 +21,9 @@ Memory (float32): MNIST-like 70k x 1x28x28 = 220 MB; EMNIST balanced 131.6k = 41
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -144,10 +146,14 @@ def _pool(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarr
 
 def _prepare_idx(dataset: str, raw: Path, names: Sequence[str], how: str | None = None) -> None:
     """torchvision reads the *uncompressed* IDX files in ``raw``; decompress any that exist only as ``.gz``
-    (what torchvision's own download does), then require them all."""
+    (what torchvision's own download does), then require them all.  Each file is decompressed into
+    a scratch directory beside it and moved into place at once, so a job that starts while another
+    decompresses (two partitions of one dataset, say) never reads a half-written file."""
     for name in names:
         if not (raw / name).exists() and (raw / f"{name}.gz").exists():
-            tvd.utils.extract_archive(str(raw / f"{name}.gz"))
+            with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=raw) as scratch:
+                tvd.utils.extract_archive(str(raw / f"{name}.gz"), scratch)
+                os.replace(Path(scratch) / name, raw / name)
     require_files(dataset, raw, names, how or _HOW_TO_GET + " IDX files may also be left gzip-compressed (NAME.gz).")
 
 
@@ -189,7 +195,6 @@ def _read_gzipped_idx(directory: Path, names: Sequence[str]) -> list[torch.Tenso
     decompressed into a temporary directory (torchvision reads uncompressed files only)."""
     import gzip
     import shutil
-    import tempfile
 
     from torchvision.datasets.mnist import read_sn3_pascalvincent_tensor
 

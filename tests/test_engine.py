@@ -219,6 +219,17 @@ def test_conv_batchnorm_matches_reference(device, step, build):
     assert_same(got, want, atol=2e-5)
 
 
+def test_the_fold_check_leaves_the_global_random_stream_alone():
+    """``widen`` proves the fold on probe weights and inputs drawn from its own seeded generator:
+    torch's global stream (model initialisation, dropout masks) stays where it was, so a seed gives
+    the same numbers whether or not a trainer checked its model."""
+    model = ResidualNet()
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    assert widen(model, (3, 8, 8)) is not None
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_step_schedule_by_hand():
     """Counts 21, 16, 13, 13, 5 (sorted), batch 8, i.e. batches 8+8+5, 8+8, 8+5, 8+5, 5: step 0 --
     four full batches, then the client of 5 alone; step 1 -- 21 and 16 full, the two 13s share a

@@ -10,7 +10,7 @@ FLT's encoders are untrained ConvAEs of the cell's shape.  A method that stops a
 forward on one model (as the Moreau family did on every BatchNorm model) fails here by name.
 About 10 minutes on 2 cores: marked slow (``pytest -m slow tests/test_paper_grids_train.py``).
 ``FEDBENCH_TEST_DEVICE=cuda`` runs every pairing on the GPU, data and model on the device as the
-pipeline puts them (``benchmarks/gpu_check.sh --grids``).
+pipeline puts them (``GPU_CHECK=grids bash benchmarks/gpu_check.sh``).
 """
 
 import itertools

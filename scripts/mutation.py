@@ -254,25 +254,25 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--mutants takes exactly one group and no --survivors")
         for group in groups:
             previous = args.workdir / group
-            survivors = [m for m in args.mutants.split(",") if m] or None  # mutmut takes names and globs alike
-            kind = "selected" if survivors else "full"
+            selected = [m for m in args.mutants.split(",") if m] or None  # mutmut takes names and globs alike
+            kind = "selected" if selected else "full"
             if args.survivors:
                 kind = "survivors"
                 found = outcomes(previous) if (previous / "mutants").is_dir() else {}
-                survivors = sorted(name for name, status in found.items() if status in ("survived", "no tests"))
-                if not survivors:
+                selected = sorted(name for name, status in found.items() if status in ("survived", "no tests"))
+                if not selected:
                     print(f"mutation: group {group} has no survivors to re-test", flush=True)
                     continue
             copy = prepare(group, args.workdir, args.fresh and not args.survivors)
             print(f"mutation: group {group} in {copy} (log: {copy / 'mutmut.log'})"
-                  + (f", re-testing {len(survivors)} {'survivors' if args.survivors else 'names or globs'}" if survivors else ""),
+                  + (f", re-testing {len(selected)} {'survivors' if args.survivors else 'names or globs'}" if selected else ""),
                   flush=True)
             started = time.time()
-            code = run_group(copy, args.max_children, survivors)
+            code = run_group(copy, args.max_children, selected)
             if code:  # a failed run (e.g. the stats phase's tests failed) is not a timing
                 print(f"mutation: mutmut exited {code} for group {group}; see {copy / 'mutmut.log'}", file=sys.stderr)
                 return code
-            record_run(copy, time.time() - started, kind, survivors)
+            record_run(copy, time.time() - started, kind, selected)
     print(summary(args.workdir), end="")
     return 0
 

@@ -430,13 +430,17 @@ def _diverged_outputs(run: CellRun, progress: Progress, wall_time_s: float) -> t
 
 
 def _run_record(run: CellRun, wall_time_s: float) -> dict:
-    """What every ``metrics.json`` records of the run itself: settings, versions, device, cost, code."""
+    """What every ``metrics.json`` records of the run itself: settings, versions, device, cost, code.
+    ``cpu_capability`` is the instruction set torch's CPU kernels dispatch to (AVX512, AVX2, ...): two
+    machines that differ in it may round convolutions and matrix products differently, so a run
+    repeated there can differ in the last bits and, over many rounds, in its numbers."""
     return {
         "hyperparameters": results_settings(run.spec),
         "num_clients": run.fed.data.num_clients,
         "seed": run.cell.seed,
         "fedbench_version": fedbench.__version__,
         "torch_version": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "device": str(run.device),
         "wall_time_s": wall_time_s,
         "peak_memory": peak_memory_mb(run.device),

@@ -4,6 +4,7 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 
 from fedbench.config import Cell
 from fedbench.plan import check_config
@@ -65,6 +66,7 @@ def test_outputs_describe_the_run(tmp_path, partition):
     assert metrics["final"]["train_accuracy"] == pytest.approx(history["train_acc_mean"].iloc[-1])
     assert metrics["hyperparameters"]["training"]["participation"] == 0.6
     assert metrics["device"] == "cpu" and metrics["wall_time_s"] > 0
+    assert metrics["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert metrics["peak_memory"]["peak_host_rss_mb"] > 0
     assert len(clients) == 5 and clients["test_samples"].sum() > 0
 

@@ -133,6 +133,67 @@ def test_the_hand_written_step_takes_only_biased_linear_relu_stacks():
         assert linear_stack(other, input_dims=2) is None
 
 
+def test_the_hand_written_step_takes_dropout_beside_a_hidden_relu():
+    """``fused_mlp.dropout_stack``: a Dropout before or after a hidden ReLU (FLT's ``mlp_dropout``:
+    Linear, Dropout, ReLU, Linear) gives the layers and each hidden layer's probability;
+    ``linear_stack`` (the deterministic gradients' path) still refuses a model that drops."""
+    from fedbench.engine.fused_mlp import dropout_stack, linear_stack
+
+    flt = build_model({"arch": "mlp_dropout", "hidden": 16}, (1, 4, 4), CLASSES)
+    assert dropout_stack(flt, input_dims=3) == ([("1.weight", "1.bias"), ("4.weight", "4.bias")], [0.5])
+    after = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Dropout(0.2), nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+    assert dropout_stack(after, input_dims=1) == ([("0.weight", "0.bias"), ("3.weight", "3.bias"), ("5.weight", "5.bias")], [0.2, 0.0])
+    assert linear_stack(flt, input_dims=3) is None and linear_stack(after, input_dims=1) is None
+    for other in (nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.2), nn.Linear(3, 2)),  # no ReLU beside it
+                  nn.Sequential(nn.Dropout(0.2), nn.Linear(4, 2)),  # dropout on the input
+                  nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2), nn.Dropout(0.2))):
+        assert dropout_stack(other, input_dims=1) is None
+    assert VectorisedTrainer(flt, make_images([4], shape=(1, 4, 4))).step_kind == "fused_mlp"
+
+
+class ReplayDropout(nn.Module):
+    """Dropout that applies recorded masks in order: ``masks[client][step]``, the reference trainer
+    taking client after client, step after step."""
+
+    def __init__(self, masks: list[list[torch.Tensor]], p: float):
+        super().__init__()
+        self.masks, self.p, self.calls = masks, p, 0
+
+    def forward(self, x):
+        steps = len(self.masks[0])
+        mask = self.masks[self.calls // steps][self.calls % steps]
+        self.calls += 1
+        return x * mask / (1 - self.p)
+
+
+@pytest.mark.parametrize("hp", [PLAIN, ALL_TERMS], ids=["sgd", "momentum-wd-prox"])
+def test_hand_written_dropout_step_matches_autograd_with_the_same_masks(monkeypatch, hp):
+    """The hand-written step of a model with dropout against the reference loop (autograd,
+    ``torch.optim.SGD``) through the same masks: the ones the step drew, recorded and replayed
+    client after client (equal counts, one chunk: client c is row c at every step).  The masks
+    differ between clients and steps and drop about p of the units."""
+    import fedbench.engine.fused_mlp as fused_mlp
+
+    p, hidden, counts = 0.5, 16, [24, 24, 24]
+    drawn, draw = [], fused_mlp.dropout_mask
+    monkeypatch.setattr(fused_mlp, "dropout_mask", lambda z, q: drawn.append(draw(z, q)) or drawn[-1])
+    model = nn.Sequential(nn.Flatten(), nn.Linear(FEATURES, hidden), nn.Dropout(p), nn.ReLU(), nn.Linear(hidden, CLASSES))
+    data = make_data(counts)
+    torch.manual_seed(1)
+    start = perturbed_start(model, len(counts), seed=1)
+    clients = torch.arange(len(counts))
+    plan = make_batch_plan(data.train.counts, hp.epochs, hp.batch_size, torch.Generator().manual_seed(1))
+    got = VectorisedTrainer(model, data).train(start, clients, plan, hp)
+    steps = hp.epochs * counts[0] // hp.batch_size
+    assert len(drawn) == steps and drawn[0].shape == (len(counts), hp.batch_size, hidden)
+    keep = torch.stack(drawn).float().mean().item()
+    assert 0.35 < keep < 0.65 and not torch.equal(drawn[0][0], drawn[0][1]) and not torch.equal(drawn[0], drawn[1])
+    replay = nn.Sequential(*[ReplayDropout([[m[c] for m in drawn] for c in range(len(counts))], p) if isinstance(layer, nn.Dropout)
+                             else layer for layer in model])
+    want = ReferenceTrainer(replay, data).train(start, clients, plan, hp)
+    assert_same(got, want)
+
+
 @pytest.mark.parametrize("step", ["wide", "vmap"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 def test_generic_model_matches_reference(step, bias):

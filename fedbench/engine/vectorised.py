@@ -42,7 +42,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from fedbench.engine.batches import BatchPlan
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
-from fedbench.engine.fused_mlp import linear_stack, mlp_step
+from fedbench.engine.fused_mlp import dropout_stack, mlp_step
 from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.step_args import Minibatch, StepState
 from fedbench.engine.step_runner import EagerFallback, StepRunner
@@ -59,7 +59,7 @@ _CPU_CHUNK_BYTES = 8 * 2**20
 class VectorisedTrainer:
     """Trains many clients at once; ``chunk_size`` bounds how many share one vectorised step.
 
-    ``fused_mlp``: use the hand-written step for plain Linear/ReLU stacks (on the CPU its
+    ``fused_mlp``: use the hand-written step for Linear/ReLU(/Dropout) stacks (on the CPU its
     default chunk keeps the chunk's parameters within ``_CPU_CHUNK_BYTES``).  ``compile``:
     ``torch.compile`` the wide or vmap step (pays off over many rounds: the first call compiles
     for tens of seconds; the hand-written step is left eager, compiling it measured slower).
@@ -88,13 +88,13 @@ class VectorisedTrainer:
         self.memory_mb = memory_mb
         self.budget = budget_bytes(data.x.device, memory_mb)
         self.exact_batches = has_batchnorm(self.model)  # short batches as sub-steps of their own
-        layers = linear_stack(self.model, data.x.dim() - 1) if fused_mlp else None
-        folded = wide_twin(self.model, tuple(data.x.shape[1:])) if wide and layers is None else None
+        stack = dropout_stack(self.model, data.x.dim() - 1) if fused_mlp else None
+        folded = wide_twin(self.model, tuple(data.x.shape[1:])) if wide and stack is None else None
         self._wide = folded
-        self.step_kind = "fused_mlp" if layers is not None else "wide" if folded is not None else "vmap"
-        self.fused = layers is not None
+        self.step_kind = "fused_mlp" if stack is not None else "wide" if folded is not None else "vmap"
+        self.fused = stack is not None
         if self.fused:
-            self._step = partial(mlp_step, layers, data)
+            self._step = partial(mlp_step, *stack, data)
         else:
             if folded is not None:
                 step = partial(wide_step, folded, data)

@@ -3,8 +3,9 @@
 # from an empty results folder (partitions, encoders, every run, tables, claims), one after another,
 # `snakemake --cores CORES` with every job's training on the GPU (`device=auto`; FeMAM's config says
 # cpu and is overridden).  Writes into OUTDIR:
-#   analogues.log           per analogue: wall time, training jobs finished / planned, their own wall
-#                           times (Snakemake's benchmark files) summed and per method, the verdicts
+#   analogues.log           per analogue: wall time, training jobs finished / planned, the jobs' wall
+#                           times (Snakemake's benchmark files: start-up included) summed and per
+#                           method, the runs' own (``wall_time_s`` of metrics.json) summed, the verdicts
 #   <name>_claims.csv       the claims table the run wrote (to set beside the CPU run's verdicts)
 #   <name>_logs.tar.gz      Snakemake's log and the benchmark files
 #
@@ -54,7 +55,7 @@ for name in $names; do
   rc=$?
   wall=$(( ($(date +%s%N) - t0) / 1000000 ))  # ms
   "$python" - "$name" "$results" "$rc" "$wall" "${planned:-?}" "${paper[$name]}" "$out" <<'EOF' 2>&1 | tee -a "$out/analogues.log"
-import csv, pathlib, shutil, statistics, sys
+import csv, json, pathlib, shutil, statistics, sys
 name, results, rc, wall, planned, paper, out = sys.argv[1:]
 results = pathlib.Path(results)
 seconds = {}
@@ -64,9 +65,10 @@ for tsv in sorted((results / "benchmarks" / "train").rglob("*.tsv")):
         seconds.setdefault(method, []).append(float(next(csv.DictReader(handle, delimiter="\t"))["s"]))
 runs = sum(len(v) for v in seconds.values())
 total = sum(sum(v) for v in seconds.values())
+inside = sum(json.loads(f.read_text())["wall_time_s"] for f in (results / "runs").rglob("metrics.json"))
 state = "finished" if rc == "0" else ("stopped at the budget" if rc == "124" else f"exit {rc}")
 print(f"# {name}: {state}, wall {int(wall) / 1000:.0f} s ({int(wall) / 60000:.1f} min), "
-      f"{runs} of {planned} training jobs, {total:.0f} s of runs")
+      f"{runs} of {planned} training jobs, {total:.0f} s of jobs, {inside:.0f} s of runs (metrics.json)")
 for method, values in sorted(seconds.items()):
     print(f"    {method:<28} {len(values):>3} runs  {min(values):7.1f}-{max(values):7.1f} s  median {statistics.median(values):7.1f} s")
 claims = results / "tables" / paper / "claims.csv"

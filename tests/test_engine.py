@@ -166,24 +166,26 @@ class ReplayDropout(nn.Module):
         return x * mask / (1 - self.p)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("hp", [PLAIN, ALL_TERMS], ids=["sgd", "momentum-wd-prox"])
-def test_hand_written_dropout_step_matches_autograd_with_the_same_masks(monkeypatch, hp):
+def test_hand_written_dropout_step_matches_autograd_with_the_same_masks(monkeypatch, hp, device):
     """The hand-written step of a model with dropout against the reference loop (autograd,
     ``torch.optim.SGD``) through the same masks: the ones the step drew, recorded and replayed
     client after client (equal counts, one chunk: client c is row c at every step).  The masks
-    differ between clients and steps and drop about p of the units."""
+    differ between clients and steps and drop about p of the units.  (CUDA graphs off: a replayed
+    graph draws without calling the recorder.)"""
     import fedbench.engine.fused_mlp as fused_mlp
 
     p, hidden, counts = 0.5, 16, [24, 24, 24]
     drawn, draw = [], fused_mlp.dropout_mask
     monkeypatch.setattr(fused_mlp, "dropout_mask", lambda z, q: drawn.append(draw(z, q)) or drawn[-1])
     model = nn.Sequential(nn.Flatten(), nn.Linear(FEATURES, hidden), nn.Dropout(p), nn.ReLU(), nn.Linear(hidden, CLASSES))
-    data = make_data(counts)
+    data = make_data(counts, device)
     torch.manual_seed(1)
-    start = perturbed_start(model, len(counts), seed=1)
-    clients = torch.arange(len(counts))
+    start = {k: v.to(device) for k, v in perturbed_start(model, len(counts), seed=1).items()}
+    clients = torch.arange(len(counts), device=device)
     plan = make_batch_plan(data.train.counts, hp.epochs, hp.batch_size, torch.Generator().manual_seed(1))
-    got = VectorisedTrainer(model, data).train(start, clients, plan, hp)
+    got = VectorisedTrainer(model, data, cuda_graphs=False).train(start, clients, plan, hp)
     steps = hp.epochs * counts[0] // hp.batch_size
     assert len(drawn) == steps and drawn[0].shape == (len(counts), hp.batch_size, hidden)
     keep = torch.stack(drawn).float().mean().item()

@@ -1,7 +1,7 @@
 # fedbench: datasets -> partitions -> one training run per cell -> tables, figures, report.
 #
 #   snakemake --cores all                     everything in config/config.yaml
-#   snakemake --cores 1 partitions|encoders|train|tables      (tables: results, scorecard, figures)
+#   snakemake --cores 1 partitions|encoders|train|tune|tables (tables: results, scorecard, figures, claims)
 #   snakemake --cores 1 results/runs/<experiment>/<dataset>/<partition>/<model>/<algorithm>/seed<N>/metrics.json
 #   snakemake --report reports/fedbench.html
 
@@ -28,6 +28,9 @@ wildcard_constraints:
     algorithm=name_choices("algorithms"),
     encoder=name_choices("encoders"),
     seed=r"\d+",
+    trial=r"\d+",
+    look=r"\d+",
+    setting="paper|tuned",
     paper="|".join(PAPERS),
 
 
@@ -35,6 +38,7 @@ wildcard_constraints:
 include: "workflow/rules/partitions.smk"  # 1: datasets -> client partitions (+ heatmaps)
 include: "workflow/rules/encoders.smk"  # 1b: FLT's pretrained encoders
 include: "workflow/rules/train.smk"  # 2: one training run per cell
+include: "workflow/rules/tune.smk"  # 2b: tuning trials, the chosen settings, the tuned runs
 include: "workflow/rules/tables.smk"  # 3a: results table, per paper
 include: "workflow/rules/scorecard.smk"  # 3b: published vs reproduced, coverage
 include: "workflow/rules/figures.smk"  # 3c: accuracy curves, clustering and FeMAM structure figures
@@ -65,6 +69,14 @@ rule train:
         metrics=all_runs("metrics.json"),
 
 
+# Every tuned experiment's trials, chosen settings, tuned runs and sensitivity figure.
+rule tune:
+    input:
+        chosen=tuning_files(None, "chosen.json"),
+        runs=tuned_runs("metrics.json"),
+        figures=tuning_figures(),
+
+
 # Tables, scorecard, figures and claims, with the runs they are made from.  The runs are inputs of
 # `tables` itself: Snakemake does not rebuild a deleted intermediate file (a cell's metrics.json)
 # when the table made from it is still newer than the files that remain, so without them `tables`
@@ -92,4 +104,5 @@ rule all:
         rules.partitions.input,
         rules.encoders.input,
         rules.train.input,
+        rules.tune.input,
         rules.tables.input,

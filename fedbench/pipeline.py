@@ -25,6 +25,7 @@ from fedbench.checkpoint import CHECKPOINT_NAME, capture_rng, fingerprint, load_
 from fedbench.config import Cell, resolve_cell, results_settings
 from fedbench.data.partition_file import atomic_write, load_partition, save_partition
 from fedbench.data import partition_dataset
+from fedbench.data.partition import hold_out_validation
 from fedbench.data import load_dataset
 from fedbench.engine.device import peak_memory_mb, resolve_device
 from fedbench.engine.evaluate import Scores, evaluate_clients, evaluate_pooled
@@ -191,7 +192,7 @@ def prepare(config: dict, cell: Cell, partition_npz, out_dir, device: str | None
     dev = resolve_device(device or config.get("device", "auto"))
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    data, groups = _load_data(config, spec, partition_npz, dev)
+    data, groups = _load_data(config, spec, partition_npz, dev, cell.seed)
     fed = _federation(config, cell, spec, data, groups)
     algorithm_spec = spec["algorithm"]
     algorithm = ALGORITHMS[algorithm_spec["method"]](**{k: v for k, v in algorithm_spec.items() if k != "method"})
@@ -201,10 +202,11 @@ def prepare(config: dict, cell: Cell, partition_npz, out_dir, device: str | None
                    started=started)
 
 
-def _load_data(config: dict, spec: dict, partition_npz, dev: torch.device) -> tuple[FederatedData, dict]:
-    """The cell's dataset split by the partition file, on ``dev``, and the partition's groupings."""
+def _load_data(config: dict, spec: dict, partition_npz, dev: torch.device, seed: int) -> tuple[FederatedData, dict]:
+    """The cell's dataset split by the partition file, on ``dev``, and the partition's groupings; a
+    tuning trial's ``training.holdout`` share of each client's training rows held out for validation."""
     dataset = load_dataset(spec["dataset"], config.get("data_root", "data"))
-    partition = load_partition(partition_npz)
+    partition = hold_out_validation(load_partition(partition_npz), spec["training"].get("holdout", 0.0), seed)
     return FederatedData.build(dataset, partition, dev), partition.groups
 
 

@@ -7,9 +7,10 @@ the papers' ``claims``.  Every problem is one line naming the entry."""
 from __future__ import annotations
 
 from fedbench.config import ConfigError, check_entries
-from fedbench.results.claims import ClaimError, check_claims
+from fedbench.results.claims import ClaimError, check_claims, check_design, design_seeds
 from fedbench.results.papers import PAPERS
 from fedbench.results.published import PUBLISHED_CSV, link_keys, links, load_published
+from fedbench.tuning import check_tuning
 from fedbench.validation import SCHEMA, check_finite, check_schema, load_yaml_strict
 
 __all__ = ["ConfigError", "check_config", "validate_config"]
@@ -45,8 +46,10 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
     if config.get("claims"):  # the papers' claims (fedbench.results.claims): names, cells, published margins
         try:
             check_claims(config, None if published_csv is None else load_published(published_csv))
+            check_design(config)
         except ClaimError as error:
             raise ConfigError(str(error)) from None
+    check_tuning(config, design_seeds(config))  # tune: blocks (fedbench.tuning), against every final seed
 
 
 def _resolve_published(experiment: str, spec: dict, published) -> None:

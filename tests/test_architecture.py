@@ -20,6 +20,7 @@ LAYERS = {
     "fedbench.algorithm_registry": 0,
     "fedbench.validation": 0,
     "fedbench.threads": 0,
+    "fedbench.search_space": 0,
     # 1 the registered parts of a cell: data sources and partitions, models (+ their workload), protocols
     "fedbench.data": 1,
     "fedbench.models": 1,
@@ -29,10 +30,11 @@ LAYERS = {
     "fedbench.engine": 2,
     "fedbench.job_memory": 2,
     "fedbench.checkpoint": 2,
-    # 3 the experiment config, provenance and cost: registries only, never an algorithm module
+    # 3 the experiment config, provenance, cost and tuning trials: registries only, never an algorithm module
     "fedbench.config": 3,
     "fedbench.provenance": 3,
     "fedbench.cost": 3,
+    "fedbench.tuning": 3,
     # 4 the algorithms (FLT's encoders with them) and their clustering
     "fedbench.algorithms": 4,
     "fedbench.clustering": 4,

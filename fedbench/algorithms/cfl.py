@@ -47,6 +47,7 @@ import torch
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.clustered import flat, stack
 from fedbench.engine.weights import Weights, rows, weighted_average
+from fedbench.search_space import Relative
 
 
 NORM_WEIGHTINGS = ("samples", "uniform")
@@ -220,7 +221,8 @@ class CFL(Algorithm):
         }
 
 
-@ALGORITHMS.register("cfl", bounds={"eps1": ">= 0", "eps2": ">= 0", "min_cluster_size": ">= 1", "warmup_rounds": ">= 0"})
+@ALGORITHMS.register("cfl", bounds={"eps1": ">= 0", "eps2": ">= 0", "min_cluster_size": ">= 1", "warmup_rounds": ">= 0"},
+                     search={"eps1": Relative(0.25, 4), "eps2": Relative(0.25, 4)})
 def cfl(
     *,
     eps1: float = 0.4,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
+from fedbench.search_space import LogRange
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Ditto(Algorithm):
         return state["global"]
 
 
-@ALGORITHMS.register("ditto")
+@ALGORITHMS.register("ditto", search={"lam": LogRange(0.01, 10)})
 def ditto(*, lam: float = 0.1) -> Ditto:
     """Ditto (Li et al. 2021): FedAvg's global model plus personal models with lam/2 ||v - w||^2."""
     if lam < 0:

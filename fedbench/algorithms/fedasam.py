@@ -13,6 +13,7 @@ from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
 from fedbench.engine.sam_step import asam_step
 from fedbench.engine.weights import Weights, broadcast, shared
+from fedbench.search_space import LogRange
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class FedASAM(Algorithm):
         return state["global"]
 
 
-@ALGORITHMS.register("fedasam")
+@ALGORITHMS.register("fedasam", search={"rho": LogRange(0.01, 1)})
 def fedasam(*, rho: float = 0.1, eta: float = 0.0) -> FedASAM:
     """FedASAM (Caldarola et al. 2022): ASAM local steps with neighbourhood size ``rho`` and
     normalisation offset ``eta`` (defaults: the FedMR repository's hard-coded 0.1 and 0)."""

@@ -22,6 +22,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, shared
+from fedbench.search_space import LogRange
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,13 @@ def fedavg(*, local_steps: int | None = None) -> FedAvg:
     return FedAvg(local_steps=local_steps)
 
 
-@ALGORITHMS.register("fedprox", bounds={"mu": ">= 0"})
+@ALGORITHMS.register("fedprox", bounds={"mu": ">= 0"}, search={"mu": LogRange(0.001, 1)})
 def fedprox(*, mu: float = 0.01) -> FedAvg:
     """FedProx (Li et al. 2020) with proximal coefficient ``mu`` (mu = 0 is FedAvg)."""
     return FedAvg(prox_mu=mu)
 
 
-@ALGORITHMS.register("fedavg_plus", bounds={"finetune_epochs": ">= 0"})
+@ALGORITHMS.register("fedavg_plus", bounds={"finetune_epochs": ">= 0"}, search={"finetune_epochs": [1, 2, 5]})
 def fedavg_plus(*, finetune_epochs: int = 1) -> FedAvg:
     """FedAvg+ (FeMAM's baseline): FedAvg, then each client fine-tunes for ``finetune_epochs`` epochs."""
     return FedAvg(finetune_epochs=finetune_epochs)

@@ -21,6 +21,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, shared, parameter_names, weighted_average
+from fedbench.search_space import LogRange
 
 
 def fedexp_step_size(deltas: Weights, weights: torch.Tensor, names: list[str], epsilon: float) -> tuple[float, Weights]:
@@ -65,7 +66,7 @@ class FedExP(Algorithm):
         return self._scored(state)
 
 
-@ALGORITHMS.register("fedexp")
+@ALGORITHMS.register("fedexp", search={"epsilon": LogRange(0.001, 1)})
 def fedexp(*, epsilon: float = 0.1, scored: Literal["last_two", "last"] = "last_two") -> FedExP:
     """FedExP (Jhunjhunwala et al. 2023) with the code's ``epsilon`` (0.1, times the number of
     sampled clients); ``scored``: ``last_two`` (average of the last two iterates, the code) or ``last``."""

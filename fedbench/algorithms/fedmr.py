@@ -108,7 +108,7 @@ def _check(first_stage_rounds: int, partition: float, models: int | None) -> Non
         raise ValueError(f"models (number of intermediate models m) must be >= 1, got {models}")
 
 
-@ALGORITHMS.register("fedmr")
+@ALGORITHMS.register("fedmr", search={"momentum": [0.0, 0.5, 0.9]})
 def fedmr(
     *,
     first_stage_rounds: int = 0,

@@ -86,7 +86,7 @@ class FedMut(Algorithm):
         return state["global"]
 
 
-@ALGORITHMS.register("fedmut")
+@ALGORITHMS.register("fedmut", search={"momentum": [0.0, 0.5, 0.9]})
 def fedmut(
     *,
     preset: Literal["fedmr", "fedmut"] = "fedmr",

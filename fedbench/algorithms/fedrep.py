@@ -66,7 +66,7 @@ class FedRep(Algorithm):
         return None
 
 
-@ALGORITHMS.register("fedrep")
+@ALGORITHMS.register("fedrep", search={"head_epochs": [1, 2, 5]})
 def fedrep(*, head_epochs: int = 2, body_epochs: int = 2) -> FedRep:
     """FedRep (Collins et al. 2021): ``head_epochs`` on the personal head, then ``body_epochs`` on the
     shared body; only the body is averaged."""

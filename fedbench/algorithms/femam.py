@@ -62,6 +62,7 @@ from fedbench.algorithms.partial import train_module, trainer_for
 from fedbench.engine.evaluate import evaluate_clients
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 from fedbench.models.additive import COMBINE, AdditiveLevels, additive_weights, level_key
+from fedbench.search_space import LogRange, Relative
 
 KINDS = ("global", "cluster", "personal")
 NEW_LEVEL = ("random_groups", "random_shared", "global_copy")
@@ -317,7 +318,8 @@ def _scored(state: dict) -> dict:
     return state.get("scored", state)
 
 
-@ALGORITHMS.register("femam")
+@ALGORITHMS.register("femam", search={"lam": LogRange(0.002, 0.2), "init_rounds": Relative(0.5, 2, integer=True),
+                                        "window": Relative(0.5, 2, integer=True)})
 def femam(
     *,
     structure: list[Literal["global", "cluster", "personal"]] = list(PAPER_STRUCTURE),

@@ -142,14 +142,15 @@ class FeSEM(Algorithm):
         return {"assignments": assignment_frame(state["history"])}
 
 
-@ALGORITHMS.register("fesem", bounds={"num_clusters": ">= 1", "distance": ("l2", "cosine"), "init": ("clients", "random"), "finetune_epochs": ">= 0"})
+@ALGORITHMS.register("fesem", bounds={"num_clusters": ">= 1", "distance": ("l2", "cosine"), "init": ("clients", "random"), "finetune_epochs": ">= 0"},
+                     search={"num_clusters": [2, 3, 4, 5, 6, 8]})
 def fesem(*, num_clusters: int = 5, distance: str = "l2", init: str = "clients", finetune_epochs: int = 0) -> FeSEM:
     """FeSEM (Xie et al., multi-center FL): k-means of client models (E-step) and per-centre
     sample-weighted averaging (M-step) every round; ``finetune_epochs`` > 0 gives FeSEM+."""
     return FeSEM(num_clusters=num_clusters, distance=distance, centre_init=init, finetune_epochs=finetune_epochs)
 
 
-@ALGORITHMS.register("fesem_plus")
+@ALGORITHMS.register("fesem_plus", search={"num_clusters": [2, 3, 4, 5, 6, 8]})
 def fesem_plus(*, num_clusters: int = 5, finetune_epochs: int = 2) -> FeSEM:
     """FeSEM+ (FeMAM's baseline, Sec. 5.1): FeSEM, then every client fine-tunes its cluster's model
     for ``finetune_epochs`` local epochs before it is scored (2 in FeMAM)."""

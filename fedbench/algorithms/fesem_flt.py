@@ -96,7 +96,7 @@ class FeSEMFLTCode(Algorithm):
         return {"assignments": assignment_frame(state["history"])}
 
 
-@ALGORITHMS.register("fesem_flt")
+@ALGORITHMS.register("fesem_flt", search={"num_clusters": [2, 3, 4, 5, 6, 8]})
 def fesem_flt(*, num_clusters: int = 5, state: str = "full", aggregation: str = "in_place") -> FeSEMFLTCode:
     """FedSEM as FLT's code (§4.4): k-means of all M client models after local training (n_init 20,
     then warm-started), FedAvg per cluster; ``state`` "full" (code: whole state dict) or

@@ -30,6 +30,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, parameter_names
+from fedbench.search_space import Relative
 
 ADAPTATIONS = ("paper", "code")
 
@@ -89,7 +90,8 @@ class PerFedAvg(Algorithm):
         return state["global"]
 
 
-@ALGORITHMS.register("perfedavg", bounds={"beta": "> 0", "local_steps": ">= 1", "adaptation": ADAPTATIONS})
+@ALGORITHMS.register("perfedavg", bounds={"beta": "> 0", "local_steps": ">= 1", "adaptation": ADAPTATIONS},
+                     search={"beta": Relative(0.1, 10)})
 def perfedavg(*, beta: float = 0.001, local_steps: int = 20, adaptation: str = "paper") -> PerFedAvg:
     """Per-FedAvg (FO): meta step size ``beta`` (the pFedMe repository's README value), inner step
     ``training.lr``, ``local_steps`` local rounds; ``adaptation`` "paper" (one step on training

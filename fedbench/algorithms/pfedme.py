@@ -42,6 +42,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows
+from fedbench.search_space import Relative
 
 PERSONAL_MODELS = ("theta", "local")
 
@@ -106,7 +107,8 @@ class PFedMe(Algorithm):
         return state["global"]
 
 
-@ALGORITHMS.register("pfedme", bounds={"lam": "> 0", "personal_lr": "> 0", "inner_steps": ">= 1", "local_steps": ">= 1", "beta": "> 0"})
+@ALGORITHMS.register("pfedme", bounds={"lam": "> 0", "personal_lr": "> 0", "inner_steps": ">= 1", "local_steps": ">= 1", "beta": "> 0"},
+                     search={"lam": Relative(0.1, 10), "personal_lr": Relative(0.3, 3)})
 def pfedme(
     *,
     lam: float = 15.0,

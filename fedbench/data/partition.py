@@ -119,6 +119,28 @@ def split_clients(samples: ClientSamples, test_fraction: float, val_fraction: fl
     return Partition(train=train, test=test, val=val if val_fraction else None, groups=dict(samples.groups))
 
 
+def hold_out_validation(partition: Partition, fraction: float, seed: int) -> Partition:
+    """Hold out ``fraction`` of every client's training rows as its validation rows (a tuning
+    trial's selection data, :mod:`fedbench.tuning`); test rows are untouched.  A partition that has
+    validation rows already keeps them.  scikit-learn's ``train_test_split``, seeded from ``seed``;
+    a client with fewer than 2 training rows keeps them all and has no validation row."""
+    if partition.val is not None or not fraction:
+        return partition
+    if not 0 < fraction < 1:
+        raise ValueError(f"holdout must be in (0, 1), got {fraction}")
+    rng = np.random.default_rng([seed, 7])  # a stream of its own: the partition's draws are not repeated
+    train, val = [], []
+    for rows in partition.train:
+        if len(rows) < 2:
+            train.append(rows)
+            val.append(rows[:0])
+            continue
+        kept, held = train_test_split(rows, test_size=fraction, random_state=int(rng.integers(2**31)))
+        train.append(np.sort(kept))
+        val.append(np.sort(held))
+    return Partition(train=train, test=partition.test, val=val, groups=dict(partition.groups), shared=partition.shared)
+
+
 def assign_teams(num_clients: int, count: int, assign: str, rng: np.random.Generator) -> list[int]:
     """pFedMT's teams: ``sequential`` blocks of clients (PerMFL ``group_division=0``) or a seeded
     ``random`` assignment into near-equal teams (the code's option 1 seeds with the clock)."""

@@ -11,17 +11,19 @@ experiment of the same config:
 ``config/published_results.csv`` whose difference is the paper's margin, so the margin is
 computed, never typed in; ``margin`` (text) states it where the paper gives no table difference.
 
-Statistic: a 95 % Student-t interval over seeds (scipy.stats) -- paired by default (the two
-algorithms' runs on the same partition and seed: ``ttest_rel``), Welch's unpaired interval
-(``ttest_ind(equal_var=False)``) only where a claim sets ``pairing: unpaired``; a threshold's is
-the one-sample interval of the metric (``ttest_1samp``).  Not a bootstrap: with 3-5 seeds a
-percentile bootstrap has a handful of distinct resamples and its interval is too narrow, while
-the t interval widens honestly with few seeds.  Verdicts (a comparison's reference is 0, a
-threshold's ``at_least``): **holds** when the whole interval lies above it (a threshold: at or
-above), **does not hold** when the whole interval lies below it, **inconclusive** when it
-straddles it or there are fewer than 2 seeds (no interval).  Seeds whose numbers agree exactly
-have a zero-width interval.  A run that is missing is an error (:class:`ClaimError`); a
-diverged run (no number) leaves its seed out and is counted.
+Statistic: a Student-t interval over seeds (scipy.stats) -- paired by default (the two algorithms'
+runs on the same partition and seed), Welch's unpaired interval only where a claim sets ``pairing:
+unpaired``; a threshold's is the one-sample interval of the metric.  Not a bootstrap: with 3-10
+seeds a percentile bootstrap has a handful of distinct resamples and its interval is too narrow.
+Verdicts come from the group-sequential design of :mod:`fedbench.results.sequential` (the config's
+``claims_design``: looks, error rate ``alpha``, smallest difference that matters ``delta``, a claim's
+own ``delta`` over it): holds, does not hold, **equivalent** (inside +-delta) or inconclusive with the
+smallest effect its seeds could have detected.  Without ``claims_design`` there is one look at the
+config's seeds with ``alpha = 0.025``: the 95 % interval.  The config's ``seeds`` are the pilot; the
+workflow adds the next seeds (:func:`design_seeds`) to claims still undecided, look by look.  A pilot
+run that is missing is an error (:class:`ClaimError`); a diverged run (no number) leaves its seed out
+and is counted.  A claim on a tuned experiment (``tune:``, :mod:`fedbench.tuning`) is read twice:
+at the paper's setting and tuned (``setting``), side by side.
 
 The workflow's rule ``paper_claims`` writes each paper's table from its runs (:func:`write_claims`);
 ``python -m fedbench.results.claims CONFIG...`` writes ``reports/claims.md`` from whatever runs are on
@@ -30,6 +32,7 @@ disk, naming the command for the claims not yet measured (:func:`write_report`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -44,6 +47,7 @@ from fedbench.protocols import PROTOCOLS
 from fedbench.results.papers import PAPERS as PAPER_NAMES
 from fedbench.results.papers import experiment_paper
 from fedbench.results.published import load_published
+from fedbench.results.sequential import EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, Design, decide, sequential_verdicts
 from fedbench.results.tables import CELL_COLUMNS, PERCENT_METRICS, load_metrics
 from fedbench.validation import load_yaml_strict
 
@@ -52,7 +56,11 @@ METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi")
 is the global model's at the round the experiment's protocol picks for it, :func:`protocol_global_accuracy`)."""
 CELL_AXES = ("datasets", "partitions", "models")
 CONFIDENCE = 0.95
-HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+DEFAULT_ALPHA = 0.025  # one look: the 95 % interval
+DEFAULT_DELTA = {"accuracy": 1.0, "global_accuracy": 1.0, "macro_f1": 1.0, "ari": 0.05, "nmi": 0.05}
+"""The smallest difference that matters where neither the claim nor ``claims_design`` says: one
+accuracy (or macro-F1) point, 0.05 of ARI or NMI."""
+SETTINGS = ("paper", "tuned")
 
 
 class ClaimError(ValueError):
@@ -159,23 +167,64 @@ def check_claims(config: dict, published: pd.DataFrame | None = None) -> None:
 
 def verdict(low: float, high: float, reference: float = 0.0, at_least: bool = False) -> str:
     """holds (interval above ``reference``; with ``at_least``, a threshold's, its lower end may equal
-    it), does not hold (interval below), inconclusive (it straddles ``reference``, or there is no interval)."""
-    if math.isnan(low) or math.isnan(high):
-        return INCONCLUSIVE
-    if low > reference or (at_least and low >= reference):
-        return HOLDS
-    if high < reference:
-        return FAILS
-    return INCONCLUSIVE
+    it), does not hold (interval below), inconclusive (it straddles ``reference``, or there is no
+    interval); no equivalence margin (:func:`fedbench.results.sequential.decide` has one)."""
+    return decide(low, high, math.inf, reference, at_least)
 
 
-def _interval(result, values: np.ndarray) -> tuple[float, float]:
-    """The test's 95 % interval; a point where the values do not vary; NaN below 2 values."""
+# ---- the design: looks, error rate, smallest difference that matters, and the seeds it may add ----
+
+
+def claims_design(config: dict) -> dict:
+    """The config's ``claims_design`` with defaults: one look at the config's seeds, alpha 0.025."""
+    block = dict(config.get("claims_design") or {})
+    block.setdefault("looks", [len(config.get("seeds", [0]))])
+    block.setdefault("alpha", DEFAULT_ALPHA)
+    return block
+
+
+def claim_design(config: dict, claim: dict) -> Design:
+    """The design one claim is decided by: the config's looks and alpha, its ``delta`` (the claim's,
+    else the design's, else :data:`DEFAULT_DELTA` of its metric)."""
+    block = claims_design(config)
+    delta = claim.get("delta", block.get("delta", DEFAULT_DELTA[claim.get("metric", "accuracy")]))
+    return Design(looks=tuple(block["looks"]), alpha=block["alpha"], delta=delta)
+
+
+def design_seeds(config: dict) -> list[int]:
+    """The seeds in the order the looks take them: the config's (the pilot), then the next integers
+    after the largest that no ``tune:`` block uses, up to the last look."""
+    seeds = [int(s) for s in config.get("seeds", [0])]
+    tuning = {int(s) for spec in config.get("experiments", {}).values() for s in (spec.get("tune") or {}).get("seeds", [])}
+    candidate = max(seeds) + 1
+    while len(seeds) < claims_design(config)["looks"][-1]:
+        if candidate not in tuning:
+            seeds.append(candidate)
+        candidate += 1
+    return seeds
+
+
+def check_design(config: dict) -> None:
+    """``claims_design``: increasing looks from the pilot (the config's seed count), alpha and deltas in range."""
+    block = claims_design(config)
+    pilot = len(config.get("seeds", [0]))
+    if block["looks"][0] != pilot:
+        raise ClaimError(f"claims_design.looks: the first look is the pilot, the config's {pilot} seeds; "
+                         f"got {block['looks'][0]}")
+    for name, claim in (config.get("claims") or {}).items():
+        try:
+            claim_design(config, claim)
+        except ValueError as error:
+            raise ClaimError(f"claims.{name}: {error}" if "delta" in claim else f"claims_design: {error}") from None
+
+
+def _interval(result, values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The test's interval at ``confidence``; a point where the values do not vary; NaN below 2 values."""
     if len(values) < 2:
         return math.nan, math.nan
     if np.ptp(values) == 0:
         return float(values[0]), float(values[0])
-    ci = result.confidence_interval(CONFIDENCE)
+    ci = result.confidence_interval(confidence)
     return float(ci.low), float(ci.high)
 
 
@@ -183,14 +232,14 @@ def _per_seed_text(seeds, values) -> str:
     return ", ".join(f"{v:+.2f} (seed {s})" for s, v in zip(seeds, values))
 
 
-def compare(better: pd.Series, than: pd.Series, pairing: str = "paired") -> dict:
-    """Difference ``better - than`` of two per-seed series (indexed by seed): mean, 95 % t interval, n.
-    Paired: the seeds both have, difference per seed; unpaired: Welch's interval of the two means."""
+def compare(better: pd.Series, than: pd.Series, pairing: str = "paired", confidence: float = CONFIDENCE) -> dict:
+    """Difference ``better - than`` of two per-seed series (indexed by seed): mean, t interval at
+    ``confidence``, n.  Paired: the seeds both have, difference per seed; unpaired: Welch's interval of the two means."""
     if pairing == "paired":
         both = pd.concat([better, than], axis=1, keys=["a", "b"]).dropna()
         diffs = (both["a"] - both["b"]).to_numpy(float)
         result = stats.ttest_rel(both["a"], both["b"]) if len(diffs) >= 2 and np.ptp(diffs) > 0 else None
-        low, high = _interval(result, diffs)
+        low, high = _interval(result, diffs, confidence)
         return {"difference": float(diffs.mean()) if len(diffs) else math.nan, "low": low, "high": high, "n": len(diffs),
                 "per_seed": _per_seed_text(both.index, diffs)}
     if pairing != "unpaired":
@@ -201,7 +250,7 @@ def compare(better: pd.Series, than: pd.Series, pairing: str = "paired") -> dict
         return {"difference": difference, "low": math.nan, "high": math.nan, "n": min(len(a), len(b))}
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return {"difference": difference, "low": difference, "high": difference, "n": min(len(a), len(b))}
-    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(CONFIDENCE)
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
     return {"difference": float(difference), "low": float(ci.low), "high": float(ci.high), "n": min(len(a), len(b)),
             "per_seed": f"{_per_seed_text(better.dropna().index, a)} vs {_per_seed_text(than.dropna().index, b)}"}
 
@@ -216,92 +265,205 @@ def threshold(values: pd.Series, at_least: float) -> dict:
 
 
 def _per_seed(runs: pd.DataFrame, experiment: str, cell: tuple, algorithm: str, metric: str,
-              seeds: list[int], where: str) -> pd.Series:
-    """``metric`` of one algorithm in one cell, per seed; a missing seed is a :class:`ClaimError`."""
+              seeds: list[int], required: list[int], where: str) -> pd.Series:
+    """``metric`` of one algorithm in one cell per seed, over ``seeds`` in order as far as their runs
+    exist; a missing ``required`` (pilot) seed is a :class:`ClaimError`."""
     d, p, m = cell
     rows = runs[(runs["experiment"] == experiment) & (runs["dataset"] == d) & (runs["partition"] == p)
                 & (runs["model"] == m) & (runs["algorithm"] == algorithm)]
-    missing = sorted(set(seeds) - set(rows["seed"]))
+    missing = sorted(set(required) - set(rows["seed"]))
     if missing:
         raise ClaimError(f"{where}: no run of {experiment}/{d}/{p}/{m}/{algorithm} for seed(s) "
                          f"{', '.join(map(str, missing))}; run that cell before evaluating the claim")
-    series = rows.set_index("seed").loc[seeds, metric].astype(float)
+    present = set(rows["seed"])
+    leading = list(itertools.takewhile(present.__contains__, seeds))
+    series = rows.set_index("seed").loc[leading, metric].astype(float)
     return series * (100 if metric in PERCENT_METRICS else 1)
 
 
-def evaluated_claims(config: dict, paper: str | None = None) -> list[str]:
-    """The claims whose experiment the config runs (``only_experiments``), of one ``paper`` or all."""
+def evaluated_claims(config: dict, paper: str | None = None, setting: str = "paper") -> list[str]:
+    """The claims whose experiment the config runs (``only_experiments``), of one ``paper`` or all;
+    for the ``tuned`` setting, those whose experiment has a ``tune:`` block."""
     only = config.get("only_experiments")
     return [
         name for name, claim in (config.get("claims") or {}).items()
         if (only is None or claim["experiment"] in only)
         and (paper is None or experiment_paper(config, claim["experiment"]) == paper)
+        and (setting == "paper" or config["experiments"][claim["experiment"]].get("tune") is not None)
     ]
 
 
-def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, paper: str | None = None) -> pd.DataFrame:
-    """One row per claim (:func:`evaluated_claims`) and cell: the paper's margin, the measured mean
-    and 95 % interval over the config's seeds, the verdict."""
-    seeds = [int(s) for s in config["seeds"]]
+def decide_claim(claim: dict, series: list[pd.Series], design: Design) -> dict:
+    """The sequential verdict of one claim in one cell from its algorithms' per-seed numbers (the same
+    seeds, in the design's order): mean, interval, verdict, the look that gave it, the seeds it read."""
+    pairing = claim.get("pairing", "paired") if "better" in claim else "one-sample"
+    if pairing == "unpaired":
+        return _decide_unpaired(*series, design)
+    values = (series[0] - series[1]) if "better" in claim else series[0]
+    reference = 0.0 if "better" in claim else float(claim["at_least"])
+    result = sequential_verdicts(values.to_numpy(float)[None, :], design, reference, threshold="better" not in claim)
+    look = int(result["look"][0])
+    used = design.looks[look] if len(values) >= design.looks[0] else len(values)
+    return {"difference": result["mean"][0], "low": result["low"][0], "high": result["high"][0], "n": int(result["n"][0]),
+            "per_seed": _per_seed_text(values.index[:used], values.to_numpy(float)[:used]), "verdict": result["verdict"][0],
+            "detectable": result["detectable"][0], "pending": bool(result["pending"][0]), "look": look, "used": used}
+
+
+def _decide_unpaired(better: pd.Series, than: pd.Series, design: Design) -> dict:
+    """As :func:`decide_claim` with Welch's interval at each look."""
+    available = len(better)
+    looks = design.looks if available >= design.looks[0] else (available,)
+    result = {}
+    for look, used in enumerate(looks):
+        if used > available:
+            return {**result, "pending": True}
+        result = compare(better.iloc[:used], than.iloc[:used], "unpaired", design.confidence)
+        result.update(verdict=decide(result["low"], result["high"], design.delta), look=look, used=used,
+                      detectable=math.nan, pending=available < design.looks[0])
+        if result["verdict"] != INCONCLUSIVE:
+            break
+    return result
+
+
+def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, paper: str | None = None,
+                    setting: str = "paper") -> pd.DataFrame:
+    """One row per claim (:func:`evaluated_claims`) and cell: the paper's margin, the measured mean and
+    interval over the seeds the design read (the config's seeds, then :func:`design_seeds` as far as
+    runs exist), the verdict and the look that gave it."""
+    seeds, pilot = design_seeds(config), [int(s) for s in config["seeds"]]
     rows = []
-    for name in evaluated_claims(config, paper):
+    for name in evaluated_claims(config, paper, setting):
         claim = config["claims"][name]
         metric = claim.get("metric", "accuracy")
-        pairing = claim.get("pairing", "paired")
+        design = claim_design(config, claim)
         paper_margin = margin_text(claim, published, f"claims.{name}")
         for cell in claim_cells(config, name):
-            where = f"claims.{name}"
-            series = [_per_seed(runs, claim["experiment"], cell, a, metric, seeds, where) for a in claim_algorithms(claim)]
-            if "better" in claim:
-                result, reference = compare(*series, pairing=pairing), 0.0
-                comparison = f"{claim['better']} − {claim['than']}"
-            else:
-                result, reference = threshold(series[0], claim["at_least"]), float(claim["at_least"])
-                comparison = f"{claim['algorithm']} ≥ {claim['at_least']:g}"
-                pairing = "one-sample"
+            series = [_per_seed(runs, claim["experiment"], cell, a, metric, seeds, pilot, f"claims.{name}")
+                      for a in claim_algorithms(claim)]
+            common = min(len(s) for s in series)
+            series = [s.iloc[:common] for s in series]
+            result = decide_claim(claim, series, design)
+            used = [s.iloc[:result["used"]] for s in series]
             diverged = "; ".join(f"{a} diverged (seed {', '.join(map(str, per.index[per.isna()]))})"
-                                 for a, per in zip(claim_algorithms(claim), series) if per.isna().any())
+                                 for a, per in zip(claim_algorithms(claim), used) if per.isna().any())
+            pairing = claim.get("pairing", "paired") if "better" in claim else "one-sample"
+            comparison = (f"{claim['better']} − {claim['than']}" if "better" in claim
+                          else f"{claim['algorithm']} ≥ {claim['at_least']:g}")
             rows.append({
-                "claim": name, "paper": experiment_paper(config, claim["experiment"]), "source": claim["source"],
-                "experiment": claim["experiment"], "dataset": cell[0], "partition": cell[1], "model": cell[2],
-                "metric": metric, "comparison": comparison, "paper_margin": paper_margin, **result,
-                "seeds_left_out": len(seeds) - result["n"], "diverged": diverged, "statistic": f"{pairing} t, {CONFIDENCE:.0%}",
-                "verdict": verdict(result["low"], result["high"], reference, at_least="better" not in claim),
+                "claim": name, "paper": experiment_paper(config, claim["experiment"]), "setting": setting,
+                "source": claim["source"], "experiment": claim["experiment"], "dataset": cell[0], "partition": cell[1],
+                "model": cell[2], "metric": metric, "comparison": comparison, "paper_margin": paper_margin,
+                **{k: result[k] for k in ("difference", "low", "high", "n", "per_seed", "detectable", "pending")},
+                "seeds_run": result["used"], "look": f"{result['look'] + 1} of {len(design.looks)}",
+                "seeds_left_out": result["used"] - result["n"], "diverged": diverged, "delta": design.delta,
+                "statistic": f"{pairing} t, {100 * design.confidence:.4g} %", "verdict": result["verdict"],
             })
-    columns = ["claim", "paper", "source", "experiment", "dataset", "partition", "model", "metric", "comparison",
-               "paper_margin", "difference", "low", "high", "n", "per_seed", "seeds_left_out", "diverged", "statistic",
-               "verdict"]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+CLAIM_COLUMNS = ["claim", "paper", "setting", "source", "experiment", "dataset", "partition", "model", "metric",
+                 "comparison", "paper_margin", "difference", "low", "high", "n", "per_seed", "detectable", "pending",
+                 "seeds_run", "look", "seeds_left_out", "diverged", "delta", "statistic", "verdict"]
 
 
 # ---- output -----------------------------------------------------------------------------
 
 
 def _measured(row: pd.Series) -> str:
+    """``+3.00 [+0.52, +5.48]``; an inconclusive one adds the smallest effect its seeds could have detected."""
+    if row["verdict"] == "not yet measured":
+        return "not yet measured"
     if math.isnan(row["difference"]):
         return "–"
     if math.isnan(row["low"]):
         return f"{row['difference']:+.2f} (no interval: {int(row['n'])} seed)"
-    return f"{row['difference']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]"
+    text = f"{row['difference']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]"
+    if row["verdict"] == INCONCLUSIVE and not pd.isna(row.get("detectable")):
+        text += f"; detectable: ±{row['detectable']:.2f}"
+    return text
+
+
+def _seeds(row: pd.Series) -> str:
+    """Which seeds (or how many) the verdict read, at which look, and whether the design plans more."""
+    if row["verdict"] == "not yet measured":
+        return row["seeds"]
+    if pd.isna(row.get("seeds_run")):
+        return ""
+    which = row["seeds"] if isinstance(row.get("seeds"), str) else str(int(row["seeds_run"]))
+    return f"{which}; look {row['look']}{'; more seeds planned' if row.get('pending') is True else ''}"
+
+
+KEY = ["claim", "experiment", "dataset", "partition", "model"]
+
+
+def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim and cell: the paper's setting and, where its experiment is tuned, the tuned
+    setting (columns prefixed ``tuned_``), and whether the verdict survives tuning."""
+    table = table.reindex(columns=table.columns.union(KEY + ["setting"], sort=False))
+    table[KEY] = table[KEY].astype(object).fillna("")
+    table["setting"] = table["setting"].fillna("paper")
+    paper = table[table["setting"] == "paper"].drop(columns="setting")
+    tuned = table[table["setting"] == "tuned"][[c for c in table.columns if c not in ("setting", "source", "paper")]]
+    out = paper.merge(tuned.add_prefix("tuned_").rename(columns={f"tuned_{k}": k for k in KEY}), on=KEY, how="left")
+    if "tuned_verdict" not in out:
+        out["tuned_verdict"] = np.nan
+
+    def survives(row) -> str:
+        if pd.isna(row["tuned_verdict"]):
+            return "not tuned"
+        if row["verdict"] == row["tuned_verdict"]:
+            return "yes"
+        return f"no: {row['verdict']} → {row['tuned_verdict']}"
+
+    out["survives_tuning"] = out.apply(survives, axis=1)
+    return out
+
+
+def _tuned(row: pd.Series) -> pd.Series:
+    """The tuned columns of a :func:`side_by_side` row, unprefixed (for :func:`_measured` and :func:`_seeds`)."""
+    return pd.Series({k[len("tuned_"):]: v for k, v in row.items() if k.startswith("tuned_")})
+
+
+def _shown(rows: pd.DataFrame, reading_column: bool) -> pd.DataFrame:
+    """The displayed table: per claim and cell the paper's setting and the tuned one side by side."""
+    both = side_by_side(rows)
+    tuned = both.apply(_tuned, axis=1) if both["tuned_verdict"].notna().any() else None
+    shown = pd.DataFrame({
+        "claim": both["claim"], "source": both["source"],
+        "cell": both.apply(lambda r: " / ".join(x for x in (r["experiment"], r["dataset"], r["partition"], r["model"]) if x), axis=1),
+        "comparison": both["comparison"] + " (" + both["metric"].fillna("accuracy") + ")",
+        "paper's margin": both["paper_margin"].fillna(""),
+        "at the paper's setting": both.apply(_measured, axis=1), "seeds": both.apply(_seeds, axis=1),
+        "verdict": "**" + both["verdict"] + "**",
+    })
+    if tuned is not None:
+        shown["tuned"] = [_measured(r) if isinstance(r["verdict"], str) else "" for _, r in tuned.iterrows()]
+        shown["tuned seeds"] = [_seeds(r) if isinstance(r["verdict"], str) else "" for _, r in tuned.iterrows()]
+        shown["tuned verdict"] = ["**" + v + "**" if isinstance(v, str) else "" for v in tuned["verdict"]]
+        shown["survives tuning"] = both["survives_tuning"]
+    if reading_column:
+        shown["reading"] = both.apply(reading, axis=1)
+    return shown
+
+
+VERDICT_LEGEND = (
+    "Measured: mean over seeds of the difference (a threshold claim: of the metric) [Student-t interval at the "
+    "design's per-look confidence, paired over the same partition and seed unless stated]; accuracy in %.  "
+    "Verdict: holds (interval above 0, or at/above the threshold), does not hold (below), equivalent (inside "
+    "±delta, the smallest difference that matters, and straddling 0), inconclusive (none of these: *detectable* is "
+    "the smallest difference its seeds would have found with 80 % power).  *seeds*: the seeds the verdict read and "
+    "the look (fedbench.results.sequential: with L looks each interval is at 1 − 2α/L, so a wrong directional "
+    "verdict has probability at most α over all looks).  *tuned*: the same claim after every method was tuned on "
+    "validation rows with the same budget (fedbench.tuning), re-run on seeds tuning never used.")
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    """The claims table: claim, source, cell, paper's margin, measured difference [95 % interval], verdict."""
-    parts = ["# Claims", "",
-             "Measured: mean over seeds of the difference (a threshold claim: of the metric) [95 % Student-t "
-             "interval: paired over the same partition and seed unless stated]; accuracy in %.  Verdict: holds "
-             "(interval above 0, or at/above the threshold), does not hold (below), inconclusive (straddles).", ""]
+    """The claims table: per claim and cell the paper's margin, the measured difference and verdict at the
+    paper's setting and tuned, side by side, and whether the verdict survives tuning."""
+    parts = ["# Claims", "", VERDICT_LEGEND, ""]
     if table.empty:
         return "\n".join(parts + ["No claim of this config's experiments.", ""])
-    shown = pd.DataFrame({
-        "claim": table["claim"], "source": table["source"],
-        "cell": table["dataset"] + " / " + table["partition"] + " / " + table["model"],
-        "comparison": table["comparison"] + " (" + table["metric"] + ")",
-        "paper's margin": table["paper_margin"].fillna(""),
-        "measured": table.apply(_measured, axis=1), "per seed": table["per_seed"], "seeds": table["n"],
-        "left out": table["diverged"], "statistic": table["statistic"], "verdict": "**" + table["verdict"] + "**",
-    })
-    return "\n".join(parts + [shown.to_markdown(index=False), ""])
+    return "\n".join(parts + [_shown(table, reading_column=False).to_markdown(index=False), ""])
 
 
 def protocol_global_accuracy(metrics_path: str | Path, protocol: str) -> float:
@@ -327,53 +489,90 @@ def _runs_with_global(config: dict, metrics_paths: Iterable[str | Path]) -> pd.D
 
 
 def write_claims(config: dict, metrics_paths: Iterable[str | Path], published: pd.DataFrame, csv_path, md_path,
-                 paper: str | None = None) -> pd.DataFrame:
-    """Evaluate the config's claims (of ``paper``) on the runs' ``metrics.json``; write the table (CSV, Markdown)."""
+                 paper: str | None = None, tuned_paths: Iterable[str | Path] = ()) -> pd.DataFrame:
+    """Evaluate the config's claims (of ``paper``) on the runs' ``metrics.json`` at the paper's setting
+    and, from ``tuned_paths``, tuned; write the table (CSV, Markdown)."""
     table = evaluate_claims(config, _runs_with_global(config, metrics_paths), published, paper)
+    tuned_paths = list(tuned_paths)
+    if tuned_paths:
+        tuned = evaluate_claims(config, _runs_with_global(config, tuned_paths), published, paper, setting="tuned")
+        table = pd.concat([table, tuned], ignore_index=True)
     atomic_write(csv_path, lambda p: table.to_csv(p, index=False, float_format="%.4f"))
     atomic_write(md_path, lambda p: Path(p).write_text(to_markdown(table), encoding="utf-8"))
     return table
 
 
+def look_state(config: dict, metrics_paths: Iterable[str | Path], published: pd.DataFrame, paper: str, setting: str,
+               look: int, open_claims: list[str] | None = None) -> dict:
+    """One look of the sequential design (the workflow's checkpoint ``claims_look``): the claims still
+    open (``open_claims``; None: all of ``paper``'s at ``setting``) evaluated on the runs of the design's
+    first ``looks[look]`` seeds; which stay undecided, and whether the design is done with the paper."""
+    names = evaluated_claims(config, paper, setting) if open_claims is None else list(open_claims)
+    design = claims_design(config)
+    seeds = design_seeds(config)[: design["looks"][look]]
+    table = pd.DataFrame(columns=CLAIM_COLUMNS)
+    if names:
+        subset = {**config, "claims": {n: config["claims"][n] for n in names}}
+        table = evaluate_claims(subset, _runs_with_global(subset, metrics_paths), published, paper, setting)
+    still_open = sorted(set(table.loc[table["verdict"] == INCONCLUSIVE, "claim"]))
+    return {"paper": paper, "setting": setting, "look": look, "seeds": seeds, "open": still_open,
+            "done": not still_open or look == len(design["looks"]) - 1,
+            "verdicts": {f"{r.claim} {r.dataset}/{r.partition}/{r.model}": r.verdict for r in table.itertuples()}}
+
+
 # ---- the committed report (reports/claims.md): every paper's claims, measured where runs exist ----
 
 
-def _metrics_paths(config: dict, name: str, seed: int) -> list[Path]:
-    """``metrics.json`` of every run claim ``name`` reads for ``seed``, under the config's ``results``
-    (the layout of :meth:`fedbench.config.Cell.run_dir`)."""
+def setting_root(config: dict, setting: str) -> Path:
+    """Where a setting's runs are: ``<results>/runs`` (the paper's setting) or ``<results>/tuned/runs``."""
+    results = Path(config.get("results", "results"))
+    return results / "runs" if setting == "paper" else results / "tuned" / "runs"
+
+
+def _metrics_paths(config: dict, name: str, seed: int, setting: str = "paper") -> list[Path]:
+    """``metrics.json`` of every run claim ``name`` reads for ``seed`` at ``setting``, under the config's
+    ``results`` (the layout of :meth:`fedbench.config.Cell.run_dir`)."""
     claim = config["claims"][name]
-    root = Path(config.get("results", "results")) / "runs" / claim["experiment"]
+    root = setting_root(config, setting) / claim["experiment"]
     return [root / d / p / m / a / f"seed{seed}" / "metrics.json"
             for d, p, m in claim_cells(config, name) for a in claim_algorithms(claim)]
 
 
-def _measured_seeds(config: dict, name: str) -> list[int]:
-    """The config's seeds for which every run claim ``name`` reads is on disk."""
-    return [int(s) for s in config["seeds"] if all(path.exists() for path in _metrics_paths(config, name, int(s)))]
+def _measured_seeds(config: dict, name: str, setting: str = "paper") -> list[int]:
+    """The design's seeds (pilot first) for which every run claim ``name`` reads is on disk."""
+    return [s for s in design_seeds(config) if all(path.exists() for path in _metrics_paths(config, name, s, setting))]
 
 
 def report_rows(config_path: str | Path, published: pd.DataFrame) -> pd.DataFrame:
-    """Every claim of one config file: measured (on the seeds whose runs all exist, named in
-    ``seeds``) or, where none exist, ``not yet measured`` with the command that measures it."""
+    """Every claim of one config file at the paper's setting and, where its experiment is tuned, tuned:
+    measured (on the seeds whose runs all exist, named in ``seeds``) or, where none exist, ``not yet
+    measured`` with the command that measures it."""
     config = load_yaml_strict(config_path)
+    cap = claims_design(config)["looks"][-1]
     rows = []
     for name, claim in (config.get("claims") or {}).items():
-        measured = _measured_seeds(config, name)
-        if measured:
-            paths = [path for seed in measured for path in _metrics_paths(config, name, seed)]
-            one = {**config, "claims": {name: claim}, "seeds": measured, "only_experiments": None}
-            table = evaluate_claims(one, _runs_with_global(one, paths), published)
-            rows.append(table.assign(seeds=f"{', '.join(map(str, measured))} ({len(measured)} of {len(config['seeds'])})"))
-            continue
-        command = (f"snakemake --cores 2 --configfile {config_path} --replace-workflow-config "
-                   f"--config 'only_experiments=[{claim['experiment']}]'")
-        rows.append(pd.DataFrame([{
-            "claim": name, "paper": experiment_paper(config, claim["experiment"]), "source": claim["source"],
-            "experiment": claim["experiment"], "comparison": claim.get("better", claim.get("algorithm")),
-            "metric": claim.get("metric", "accuracy"),
-            "paper_margin": margin_text(claim, published, f"claims.{name}"),
-            "verdict": "not yet measured", "seeds": f"none (0 of {len(config['seeds'])})", "command": command,
-        }]))
+        tuned = config["experiments"][claim["experiment"]].get("tune") is not None
+        for setting in SETTINGS if tuned else ("paper",):
+            measured = _measured_seeds(config, name, setting)
+            pilot = [s for s in measured if s in config["seeds"]]
+            if pilot:
+                paths = [path for seed in measured for path in _metrics_paths(config, name, seed, setting)]
+                one = {**config, "claims": {name: claim}, "only_experiments": None}
+                if len(pilot) < len(config["seeds"]):  # a pilot still running: what there is
+                    one["seeds"] = pilot
+                table = evaluate_claims(one, _runs_with_global(one, paths), published, setting=setting)
+                read = design_seeds(one)[:int(table["seeds_run"].max())]
+                rows.append(table.assign(seeds=f"{', '.join(map(str, read))} ({len(read)} of {cap})"))
+                continue
+            command = (f"snakemake --cores 2 --configfile {config_path} --replace-workflow-config "
+                       f"--config 'only_experiments=[{claim['experiment']}]'")
+            rows.append(pd.DataFrame([{
+                "claim": name, "paper": experiment_paper(config, claim["experiment"]), "setting": setting,
+                "source": claim["source"], "experiment": claim["experiment"],
+                "comparison": claim.get("better", claim.get("algorithm")), "metric": claim.get("metric", "accuracy"),
+                "paper_margin": margin_text(claim, published, f"claims.{name}"),
+                "verdict": "not yet measured", "seeds": f"none (0 of {cap})", "command": command,
+            }]))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
@@ -398,6 +597,7 @@ def _reading(row: pd.Series) -> str:
         return "2 seeds only: the paired t interval has 1 degree of freedom (t = 12.7) and is wide; more seeds narrow it"
     return {HOLDS: "the direction the paper reports, beyond the seed spread",
             FAILS: "the opposite of the paper's direction, beyond the seed spread",
+            EQUIVALENT: f"no difference beyond ±{row['delta']:g}, the smallest that matters",
             INCONCLUSIVE: "the seeds cannot tell the two apart here"}[row["verdict"]]
 
 
@@ -418,20 +618,11 @@ def report_sections(text: str) -> dict[str, str]:
 
 
 def _section(paper: str, rows: pd.DataFrame, config_paths: list[str], note: str) -> str:
-    """One paper's section: the command that wrote it, ``note``, the claims table."""
-    # no per-seed column while none of the paper's claims is measured
+    """One paper's section: the command that wrote it, ``note``, the claims table (both settings side by side)."""
     rows = rows.reindex(columns=rows.columns.union(["per_seed"], sort=False)).astype({"per_seed": object})
-    shown = pd.DataFrame({
-        "claim": rows["claim"], "source": rows["source"],
-        "cell": rows.apply(lambda r: f"{r['experiment']}" + (f" / {r['partition']}" if isinstance(r.get("partition"), str) else ""), axis=1),
-        "paper's margin": rows["paper_margin"].fillna(""),
-        "measured": rows.apply(lambda r: _measured(r) if r["verdict"] != "not yet measured" else "not yet measured", axis=1),
-        "per seed": rows["per_seed"].fillna(""), "seeds": rows["seeds"], "verdict": "**" + rows["verdict"] + "**",
-        "reading": rows.apply(reading, axis=1),
-    })
     written = f"Written by `python -m fedbench.results.claims --update {' '.join(config_paths)}` from the runs on disk."
     return "\n".join([f"## {PAPER_NAMES[paper]}", "", written, *([note] if note else []), "",
-                      shown.to_markdown(index=False), "", ""])
+                      _shown(rows, reading_column=True).to_markdown(index=False), "", ""])
 
 
 def write_report(config_paths: Iterable[str | Path], out: str | Path, published: pd.DataFrame, note: str = "",
@@ -449,11 +640,9 @@ def write_report(config_paths: Iterable[str | Path], out: str | Path, published:
     header = [REPORT_TITLE, "",
               "Each paper's section is written by `python -m fedbench.results.claims --update CONFIG...` from the "
               "runs on disk under the config's `results:` directory (none typed in) and names its command; "
-              "`--update` rewrites only the sections of the configs given.  Measured: mean over seeds of the "
-              "difference (a threshold claim: of the metric), accuracy in %, [95 % Student-t interval, paired over "
-              "the same partition and seed]; *seeds* = the seeds whose runs all exist (how many of the config's "
-              "seeds).  Verdict: holds (interval above 0, or at/above the threshold), does not hold (below), "
-              "inconclusive (straddles).  A claim with no runs yet says so, with the command that measures it.", "", ""]
+              "`--update` rewrites only the sections of the configs given.  *seeds*: the seeds whose runs all exist "
+              "(of the design's cap).  A claim with no runs yet says so, with the command that measures it.",
+              "", VERDICT_LEGEND, "", ""]
     body = [sections[name] for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order))]
     atomic_write(out, lambda p: Path(p).write_text("\n".join(header) + "".join(body).rstrip("\n") + "\n", encoding="utf-8"))
     return table

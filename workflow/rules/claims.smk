@@ -1,10 +1,37 @@
 # The papers' claims (config ``claims:``, fedbench.results.claims): one table per paper, evaluated
-# from the runs of the experiments its claims name; first in the paper's report category.
+# from the runs of the experiments its claims name; first in the paper's report category.  Claims are
+# decided look by look (fedbench.results.sequential): each look is a checkpoint that reads the runs of
+# the claims still open at the design's next seed count and says which stay open, so the seeds a
+# claim gets depend on how its earlier seeds came out; at the paper's setting and, for a tuned
+# experiment, tuned (tune.smk).
+
+
+checkpoint claims_look:
+    input:
+        metrics=lambda w: look_runs(w.paper, w.setting, int(w.look), "metrics.json"),
+        histories=lambda w: look_runs(w.paper, w.setting, int(w.look), "history.csv"),  # global_accuracy's round
+        previous=lambda w: [] if int(w.look) == 0 else [f"{RESULTS}/claims/{w.paper}/{w.setting}/look{int(w.look) - 1}.json"],
+        published=PUBLISHED_CSV,
+    output:
+        f"{RESULTS}/claims/{{paper}}/{{setting}}/look{{look}}.json",
+    log:
+        f"{RESULTS}/logs/claims/{{paper}}_{{setting}}_look{{look}}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/claims_look.py"
+
 
 rule paper_claims:
     input:
         metrics=lambda w: claims_runs(w, "metrics.json"),
         histories=lambda w: claims_runs(w, "history.csv"),  # the global model's round (global_accuracy)
+        tuned_metrics=lambda w: claims_runs(w, "metrics.json", "tuned"),
+        tuned_histories=lambda w: claims_runs(w, "history.csv", "tuned"),
+        looks=lambda w: [look for s in claim_settings(w.paper) for look in final_looks(w.paper, s)],
         published=PUBLISHED_CSV,
         code=results_sources(),
     output:

@@ -17,7 +17,8 @@ from fedbench.cost import cell_cost, device_kind, estimated_shape, runtime_minut
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
 from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
-from fedbench.results.claims import evaluated_claims
+from fedbench.results.claims import claim_algorithms, claim_cells, claims_design, design_seeds, evaluated_claims
+from fedbench.tuning import trial_config, tune_block, tuned_experiments
 from fedbench.plan import validate_config
 from fedbench.validation import ConfigFileError
 
@@ -47,6 +48,7 @@ validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defau
 
 RESULTS = config["results"]
 CELLS = expand_cells(config)
+TRIALS = f"{RESULTS}/tuning/trials"  # every tuning trial's run directory is under here
 PUBLISHED_CSV = os.path.join(workflow.basedir, "config", "published_results.csv")  # the papers' numbers
 
 
@@ -238,17 +240,23 @@ def partition_settings(wildcards):
     }
 
 
-def cell_settings(wildcards):
+def cell_settings(wildcards, cfg=None):
     """The config entries one cell is trained with; editing them retrains only the cells that use them."""
-    experiment = config["experiments"][wildcards.experiment]
+    cfg = config if cfg is None else cfg
+    experiment = cfg["experiments"][wildcards.experiment]
     return {
-        "dataset": config["datasets"][wildcards.dataset],
-        "partition": config["partitions"][wildcards.partition],
-        "model": config["models"][wildcards.model],
-        "algorithm": config["algorithms"][wildcards.algorithm],
+        "dataset": cfg["datasets"][wildcards.dataset],
+        "partition": cfg["partitions"][wildcards.partition],
+        "model": cfg["models"][wildcards.model],
+        "algorithm": cfg["algorithms"][wildcards.algorithm],
         "protocol": experiment.get("protocol"),
         "training": {k: v for k, v in experiment.get("training", {}).items() if k not in RUN_ONLY_SETTINGS},
     }
+
+
+def trial_cell_settings(wildcards):
+    """A tuning trial's settings: its cell's at the trial's setting (editing the tune block reruns what it changes)."""
+    return cell_settings(wildcards, trial_config(config, wildcards.experiment, wildcards.algorithm, int(wildcards.trial)))
 
 
 def estimate_device():
@@ -330,7 +338,44 @@ def results_sources():
     return library_sources("fedbench/results/**/*.py") + scripts
 
 
-# ---- claims (rule paper_claims, workflow/rules/claims.smk) -----------------------------------------
+# ---- tuning (workflow/rules/tune.smk, fedbench.tuning) ----------------------------------------
+
+
+def tuned_blocks(experiment=None):
+    """(experiment, dataset, partition, model, algorithm) of every cell of the tuned experiments (or one)."""
+    tuned = set(tuned_experiments(config))
+    return sorted({(c.experiment, c.dataset, c.partition, c.model, c.algorithm) for c in CELLS
+                   if c.experiment in tuned and experiment in (None, c.experiment)})
+
+
+def trial_files(wildcards, name):
+    """``name`` of every trial of one algorithm entry in one cell: the block's trials x tuning seeds."""
+    w = wildcards
+    block = tune_block(config, w.experiment)
+    return [f"{TRIALS}/{w.experiment}/{w.dataset}/{w.partition}/{w.model}/{w.algorithm}/trial{t}/seed{s}/{name}"
+            for t in range(block["trials"]) for s in block["seeds"]]
+
+
+def tuning_files(experiment, name):
+    """``chosen.json`` or ``trials.csv`` of every algorithm entry and cell of a tuned experiment."""
+    return [f"{RESULTS}/tuning/{e}/{d}/{p}/{m}/{a}/{name}" for e, d, p, m, a in tuned_blocks(experiment)]
+
+
+def tuned_runs(name):
+    """``name`` of every tuned cell's final run at the config's seeds."""
+    return [f"{RESULTS}/tuned/runs/{e}/{d}/{p}/{m}/{a}/seed{s}/{name}" for e, d, p, m, a in tuned_blocks()
+            for s in config["seeds"]]
+
+
+def tuning_figures():
+    """One sensitivity figure per tuned experiment that has cells."""
+    return [f"{RESULTS}/figures/tuning_{e}.png" for e in sorted({b[0] for b in tuned_blocks()})]
+
+
+# ---- claims (rule paper_claims and checkpoint claims_look, workflow/rules/claims.smk) ----------------
+
+SETTING_ROOTS = {"paper": f"{RESULTS}/runs", "tuned": f"{RESULTS}/tuned/runs"}
+
 
 def claimed_experiments(paper=None):
     """The experiments with cells that a claim (of ``paper``, or any) is tested on."""
@@ -344,7 +389,47 @@ def claims_files():
     return [f"{RESULTS}/tables/{p}/claims.{ext}" for p in papers for ext in ("csv", "md")]
 
 
-def claims_runs(wildcards, name):
-    """``name`` (metrics.json, history.csv) of every run of the paper's claimed experiments."""
-    experiments = claimed_experiments(wildcards.paper)
-    return [run_file(c, name) for c in CELLS if c.experiment in experiments]
+def claim_settings(paper):
+    """``paper`` and, where a claim of the paper is on a tuned experiment, ``tuned``."""
+    with_cells = claimed_experiments(paper)
+    return [s for s in ("paper", "tuned") if any(config["claims"][n]["experiment"] in with_cells
+                                                 for n in evaluated_claims(config, paper, s))]
+
+
+def look_runs(paper, setting, look, name):
+    """``name`` of every run look ``look`` of ``paper``'s claims at ``setting`` reads: the claims still
+    open after the previous look (every claim at look 0), at the design's first seeds up to this look's count."""
+    with_cells = claimed_experiments(paper)
+    if look == 0:
+        names = [n for n in evaluated_claims(config, paper, setting) if config["claims"][n]["experiment"] in with_cells]
+    else:
+        previous = checkpoints.claims_look.get(paper=paper, setting=setting, look=str(look - 1)).output[0]
+        with open(previous) as f:
+            names = json.load(f)["open"]
+    seeds = design_seeds(config)[: claims_design(config)["looks"][look]]
+    files = set()
+    for claim_name in names:
+        claim = config["claims"][claim_name]
+        for d, p, m in claim_cells(config, claim_name):
+            for a in claim_algorithms(claim):
+                files.update(f"{SETTING_ROOTS[setting]}/{claim['experiment']}/{d}/{p}/{m}/{a}/seed{s}/{name}" for s in seeds)
+    return sorted(files)
+
+
+def final_looks(paper, setting):
+    """The look files of ``paper``'s claims at ``setting``, from the first until the one that closes them."""
+    looks, look = [], 0
+    while True:
+        looks.append(checkpoints.claims_look.get(paper=paper, setting=setting, look=str(look)).output[0])
+        with open(looks[-1]) as f:
+            if json.load(f)["done"]:
+                return looks
+        look += 1
+
+
+def claims_runs(wildcards, name, setting="paper"):
+    """``name`` (metrics.json, history.csv) of every run the looks of the paper's claims at ``setting`` read."""
+    if setting not in claim_settings(wildcards.paper):
+        return []
+    looks = final_looks(wildcards.paper, setting)
+    return sorted({f for look in range(len(looks)) for f in look_runs(wildcards.paper, setting, look, name)})

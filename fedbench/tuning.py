@@ -1,0 +1,264 @@
+"""Fair tuning as a stage of the workflow: every method gets the same number of trials, chosen on
+validation rows only, and the chosen setting is re-run on seeds tuning never saw.
+
+An experiment opts in with a ``tune:`` block::
+
+    tune:
+      trials: 8            # per algorithm entry: the same budget for every method
+      seeds: [100]         # tuning seeds, disjoint from the config's seeds (those of the final runs)
+      metric: val_acc_mean # what selection maximises (val_loss_mean: minimises), read at the last evaluated round
+      holdout: 0.2         # share of each client's training rows held out as validation rows where the partition has none
+      knobs: {momentum: [0.0, 0.5, 0.9]}   # optional: extra knobs tuned for every method of the experiment
+      exclude: {ifca_k5: [num_clusters]}   # optional: knobs an entry keeps at its configured value
+
+A method's knobs (:func:`search_space`): the learning rate (:data:`fedbench.search_space.COMMON_SEARCH`),
+the block's ``knobs`` and the method's own, registered beside its parameter bounds
+(``ALGORITHMS.register(..., search=...)``), less ``exclude``.  Trial 0 is the configured (paper's)
+setting; the others are a Latin hypercube over the space (scipy's ``qmc``, :func:`trial_settings`).
+A trial is an ordinary cell run (:func:`trial_config`): the tuning seed's partition with
+``holdout`` of each client's training rows held out (:func:`fedbench.data.partition.hold_out_validation`);
+selection (:func:`select`) reads the validation columns of the trials' histories, never a test column.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import qmc
+
+from fedbench.algorithm_registry import ALGORITHMS
+from fedbench.config import TRAINING_DEFAULTS, ConfigError
+from fedbench.data.partition_file import atomic_write
+from fedbench.search_space import COMMON_SEARCH, LogRange, Relative, check_space
+
+SELECTION_METRICS = {"val_acc_mean": "max", "val_acc_pooled": "max", "val_f1_mean": "max", "val_loss_mean": "min"}
+"""History columns selection may read (the clients' models on their validation rows), and their direction."""
+DEFAULTS = {"metric": "val_acc_mean", "holdout": 0.2, "knobs": {}, "exclude": {}, "sampler_seed": 0}
+TUNABLE_TRAINING = ("lr", "momentum", "weight_decay", "local_epochs", "batch_size")
+"""Training settings a search space may name (a method's own knob that is not a builder parameter)."""
+
+
+def tune_block(config: dict, experiment: str) -> dict | None:
+    """The experiment's ``tune:`` block with defaults filled in, or None where it does not tune."""
+    block = config["experiments"][experiment].get("tune")
+    return None if block is None else {**DEFAULTS, **block}
+
+
+def tuned_experiments(config: dict) -> list[str]:
+    """The experiments with a ``tune:`` block that the config runs (``only_experiments``)."""
+    only = config.get("only_experiments")
+    return [name for name, spec in config.get("experiments", {}).items()
+            if spec.get("tune") is not None and (only is None or name in only)]
+
+
+def _target(method: str, knob: str) -> str:
+    """Where a knob lives: ``algorithm`` (a parameter of the method's builder) or ``training``."""
+    if knob in ALGORITHMS.parameters(method):
+        return "algorithm"
+    if knob in TUNABLE_TRAINING:
+        return "training"
+    raise ConfigError(f"search space of {method!r}: {knob!r} is neither a parameter of its builder nor one of the "
+                      f"training settings {', '.join(TUNABLE_TRAINING)}")
+
+
+def search_space(config: dict, experiment: str, algorithm: str) -> dict[str, tuple[str, object]]:
+    """knob -> (``algorithm`` | ``training``, space) of one algorithm entry in one tuned experiment."""
+    block = tune_block(config, experiment)
+    method = config["algorithms"][algorithm]["method"]
+    spaces = {**COMMON_SEARCH, **{k: _as_space(v) for k, v in block["knobs"].items()},
+              **(ALGORITHMS.extra(method, "search") or {})}
+    for knob in block["exclude"].get(algorithm, []):
+        spaces.pop(knob, None)
+    for knob, space in spaces.items():
+        check_space(knob, space)
+    return {knob: (_target(method, knob), space) for knob, space in sorted(spaces.items())}
+
+
+def _as_space(value):
+    """A knob's space as a config writes it: a list of values, or ``{log: [low, high]}`` / ``{relative: [low, high]}``."""
+    if isinstance(value, dict) and set(value) == {"log"}:
+        return LogRange(*value["log"])
+    if isinstance(value, dict) and set(value) == {"relative"}:
+        return Relative(*value["relative"])
+    return value
+
+
+def configured(config: dict, experiment: str, algorithm: str) -> dict[str, dict]:
+    """The configured setting of every knob: the entry's parameter (or its builder's default) or the experiment's training."""
+    entry = {k: v for k, v in config["algorithms"][algorithm].items() if k != "method"}
+    params = ALGORITHMS.with_defaults(config["algorithms"][algorithm]["method"], entry)
+    training = {**TRAINING_DEFAULTS, **config["experiments"][experiment].get("training", {})}
+    out = {"algorithm": {}, "training": {}}
+    for knob, (target, _) in search_space(config, experiment, algorithm).items():
+        out[target][knob] = params[knob] if target == "algorithm" else training[knob]
+    return out
+
+
+def _rounded(value, space):
+    """A drawn value as the config would write it: 3 significant digits; an integer knob rounded (>= 1)."""
+    if isinstance(space, Relative) and space.integer:
+        return max(1, int(round(value)))
+    if isinstance(value, (float, np.floating)):
+        return float(f"{float(value):.3g}")
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def trial_settings(config: dict, experiment: str, algorithm: str) -> list[dict[str, dict]]:
+    """The ``trials`` settings of one algorithm entry: trial 0 the configured one, then a Latin
+    hypercube (scipy's ``qmc.LatinHypercube``, scrambled, seeded by ``sampler_seed``) over the knobs,
+    so that even a few trials spread over every knob's range: a range through its log-uniform
+    quantiles, a list by equal shares.  Each setting ``{"algorithm": {knob: value}, "training": {...}}``."""
+    block = tune_block(config, experiment)
+    space = search_space(config, experiment, algorithm)
+    base = configured(config, experiment, algorithm)
+    lists = [s for _, s in space.values() if isinstance(s, list)]
+    if len(lists) == len(space) and math.prod(map(len, lists)) < block["trials"] - 1:
+        raise ConfigError(f"experiments.{experiment}.tune.trials: {block['trials']} trials, but {algorithm!r}'s search "
+                          f"space has only {math.prod(map(len, lists))} settings besides the configured one; every "
+                          f"method needs the same budget")
+    settings = [base]
+    if block["trials"] > 1:
+        cube = qmc.LatinHypercube(d=len(space), seed=block["sampler_seed"]).random(block["trials"] - 1)
+        for row in cube:
+            setting = {"algorithm": {}, "training": {}}
+            for u, (knob, (target, s)) in zip(row, space.items()):
+                value = s[min(int(u * len(s)), len(s) - 1)] if isinstance(s, list) else s.distribution(base[target][knob]).ppf(u)
+                setting[target][knob] = _rounded(value, s)
+            settings.append(setting)
+    return settings
+
+
+def setting_label(setting: dict[str, dict]) -> str:
+    """``lr=0.01, mu=0.1``: a trial's setting in one line."""
+    values = {**setting["training"], **setting["algorithm"]}
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def apply_setting(config: dict, experiment: str, algorithm: str, setting: dict[str, dict], holdout: float = 0.0) -> dict:
+    """A copy of ``config`` whose algorithm entry and experiment training carry ``setting`` (and,
+    for a trial, the ``holdout`` share of training rows held out for validation)."""
+    out = copy.deepcopy(config)
+    out["algorithms"][algorithm].update(setting["algorithm"])
+    training = out["experiments"][experiment].setdefault("training", {})
+    training.update(setting["training"])
+    if holdout:
+        training["holdout"] = holdout
+    return out
+
+
+def trial_config(config: dict, experiment: str, algorithm: str, trial: int) -> dict:
+    """The config a trial runs: trial ``trial``'s setting, the block's holdout."""
+    settings = trial_settings(config, experiment, algorithm)
+    if not 0 <= trial < len(settings):
+        raise ConfigError(f"experiments.{experiment}.tune: no trial {trial} (trials 0..{len(settings) - 1})")
+    return apply_setting(config, experiment, algorithm, settings[trial], tune_block(config, experiment)["holdout"])
+
+
+# ---- selection ---------------------------------------------------------------------------------
+
+
+def trial_score(history_path: str | Path, metric: str) -> float:
+    """``metric`` (a validation column) at the last evaluated round of one trial; NaN where the run
+    diverged or never scored its validation rows."""
+    history = pd.read_csv(history_path)
+    if metric not in history:
+        return math.nan
+    scored = history[metric].dropna()
+    if scored.empty or int(history["round"].iloc[-1]) != int(history.loc[scored.index[-1], "round"]):
+        return math.nan  # the last row has no score: the run diverged there
+    return float(scored.iloc[-1])
+
+
+def select(scores: pd.DataFrame, metric: str) -> pd.Series:
+    """The chosen trial from ``scores`` (columns trial, seed, score): the best mean over the tuning
+    seeds in the metric's direction; a trial with a diverged seed ranks last; ties go to the lower
+    trial number (the configured setting first).  Returns the per-trial table's chosen row."""
+    if metric not in SELECTION_METRICS:
+        raise ValueError(f"unknown selection metric {metric!r}; valid choices: {', '.join(SELECTION_METRICS)}")
+    table = per_trial(scores)
+    sign = 1.0 if SELECTION_METRICS[metric] == "max" else -1.0
+    key = (sign * table["score"]).fillna(-math.inf)
+    best = key.max()
+    return table[key == best].sort_values("trial").iloc[0]
+
+
+def per_trial(scores: pd.DataFrame) -> pd.DataFrame:
+    """Mean score per trial over the tuning seeds (NaN if any seed diverged), with the seeds' count."""
+    grouped = scores.groupby("trial")["score"]
+    return pd.DataFrame({"trial": grouped.size().index, "score": grouped.mean().where(~grouped.apply(lambda s: s.isna().any())),
+                         "seeds": grouped.size().to_numpy()}).reset_index(drop=True)
+
+
+def trial_path_keys(path: str | Path) -> tuple[int, int]:
+    """(trial, seed) of a trial's file, from its run directory ``.../trial<T>/seed<S>/``."""
+    parts = Path(path).parts
+    return int(parts[-3].removeprefix("trial")), int(parts[-2].removeprefix("seed"))
+
+
+def write_selection(config: dict, experiment: str, algorithm: str, history_paths, chosen_path, trials_path) -> dict:
+    """Score every trial on its validation rows (:func:`trial_score`), choose one (:func:`select`), and
+    write ``trials.csv`` (trial, its knobs, mean score, seeds, chosen) and ``chosen.json`` (the setting)."""
+    metric = tune_block(config, experiment)["metric"]
+    scores = pd.DataFrame([(*trial_path_keys(p), trial_score(p, metric)) for p in history_paths],
+                          columns=["trial", "seed", "score"])
+    chosen = select(scores, metric)
+    settings = trial_settings(config, experiment, algorithm)
+    table = per_trial(scores)
+    knobs = pd.DataFrame([{**settings[t]["training"], **settings[t]["algorithm"]} for t in table["trial"]])
+    table = pd.concat([table[["trial"]], knobs, table[["score", "seeds"]]], axis=1)
+    table["setting"] = [setting_label(settings[t]) for t in table["trial"]]
+    table["chosen"] = table["trial"] == chosen["trial"]
+    table.insert(0, "algorithm", algorithm)
+    table["metric"] = metric
+    record = {"experiment": experiment, "algorithm": algorithm, "metric": metric, "trial": int(chosen["trial"]),
+              "score": None if pd.isna(chosen["score"]) else float(chosen["score"]),
+              "setting": settings[int(chosen["trial"])], "label": setting_label(settings[int(chosen["trial"])]),
+              "configured": settings[0], "trials": len(settings), "seeds": sorted(scores["seed"].unique().tolist())}
+    atomic_write(trials_path, lambda p: table.to_csv(p, index=False))
+    atomic_write(chosen_path, lambda p: Path(p).write_text(json.dumps(record, indent=1)))
+    return record
+
+
+# ---- validation of the tune: blocks ------------------------------------------------------------
+
+
+def check_tuning(config: dict, final_seeds: list[int]) -> None:
+    """Every ``tune:`` block: a known selection metric, tuning seeds disjoint from ``final_seeds``
+    (the config's and the claims' added seeds), ``exclude`` naming the experiment's entries and
+    their knobs, and every trial's setting valid for its builder (bounds) -- before any job."""
+    for experiment in config.get("experiments", {}):
+        block = tune_block(config, experiment)
+        if block is None:
+            continue
+        where = f"experiments.{experiment}.tune"
+        if block["metric"] not in SELECTION_METRICS:
+            raise ConfigError(f"{where}.metric: {block['metric']!r} unknown; valid choices: {', '.join(SELECTION_METRICS)}")
+        shared = sorted(set(block["seeds"]) & set(final_seeds))
+        if shared:
+            raise ConfigError(f"{where}.seeds: {shared} are also seeds of the final runs; tuning seeds must be seeds the "
+                              f"final runs never use")
+        entries = {a for b in config["experiments"][experiment]["grid"] for a in b["algorithms"]}
+        for name, knobs in block["exclude"].items():
+            if name not in entries:
+                raise ConfigError(f"{where}.exclude: {name!r} is not an algorithm of the experiment's grid")
+        for algorithm in sorted(entries):
+            unknown = set(block["exclude"].get(algorithm, [])) - set(COMMON_SEARCH) - set(block["knobs"]) - set(
+                ALGORITHMS.extra(config["algorithms"][algorithm]["method"], "search") or {})
+            if unknown:
+                raise ConfigError(f"{where}.exclude.{algorithm}: {sorted(unknown)} are not knobs of its search space")
+            method = config["algorithms"][algorithm]["method"]
+            for trial, setting in enumerate(trial_settings(config, experiment, algorithm)):
+                entry = {k: v for k, v in config["algorithms"][algorithm].items() if k != "method"}
+                try:
+                    ALGORITHMS.check_params(method, {**entry, **setting["algorithm"]}, f"{where} trial {trial} of {algorithm}")
+                except ValueError as error:
+                    raise ConfigError(str(error)) from None
+
+
+__all__ = ["write_selection", "trial_path_keys", "SELECTION_METRICS", "tune_block", "tuned_experiments", "search_space", "configured", "trial_settings",
+           "setting_label", "apply_setting", "trial_config", "trial_score", "select", "per_trial", "check_tuning"]

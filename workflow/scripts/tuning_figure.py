@@ -1,0 +1,13 @@
+"""Rule ``tuning_figure``: one tuned experiment's trials, validation score against the tuned knobs."""
+
+from common import log_to, use_threads
+
+smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
+log_to(smk.log[0])
+use_threads(smk.threads)
+
+from fedbench.results.tuning_figures import load_trials, plot_sensitivity  # noqa: E402
+
+trials = load_trials(smk.input.trials)
+plot_sensitivity(trials, smk.output.png, title=f"experiment {smk.wildcards.experiment}: tuning trials")
+print(trials.to_string())

@@ -8,7 +8,7 @@ An experiment opts in with a ``tune:`` block::
       seeds: [100]         # tuning seeds, disjoint from the config's seeds (those of the final runs)
       metric: val_acc_mean # what selection maximises (val_loss_mean: minimises), read at the last evaluated round
       holdout: 0.2         # share of each client's training rows held out as validation rows where the partition has none
-      knobs: {momentum: [0.0, 0.5, 0.9]}   # optional: extra knobs tuned for every method of the experiment
+      knobs: {momentum: [0.0, 0.5, 0.9]}   # optional: knobs tuned for every method that has them (over its own space)
       exclude: {ifca_k5: [num_clusters]}   # optional: knobs an entry keeps at its configured value
 
 A method's knobs (:func:`search_space`): the learning rate (:data:`fedbench.search_space.COMMON_SEARCH`),
@@ -67,11 +67,14 @@ def _target(method: str, knob: str) -> str:
 
 
 def search_space(config: dict, experiment: str, algorithm: str) -> dict[str, tuple[str, object]]:
-    """knob -> (``algorithm`` | ``training``, space) of one algorithm entry in one tuned experiment."""
+    """knob -> (``algorithm`` | ``training``, space) of one algorithm entry in one tuned experiment: the
+    learning rate, the method's registered knobs, and the block's ``knobs`` that the method has (these
+    over the registered ones), less the block's ``exclude`` for the entry."""
     block = tune_block(config, experiment)
     method = config["algorithms"][algorithm]["method"]
-    spaces = {**COMMON_SEARCH, **{k: _as_space(v) for k, v in block["knobs"].items()},
-              **(ALGORITHMS.extra(method, "search") or {})}
+    extra = {k: _as_space(v) for k, v in block["knobs"].items()
+             if k in TUNABLE_TRAINING or k in ALGORITHMS.parameters(method)}  # the block's knobs, where the method has them
+    spaces = {**COMMON_SEARCH, **(ALGORITHMS.extra(method, "search") or {}), **extra}
     for knob in block["exclude"].get(algorithm, []):
         spaces.pop(knob, None)
     for knob, space in spaces.items():

@@ -51,6 +51,8 @@ class Federation:
     seed: int
     encoders: Path = Path("results/encoders")  # where pretrained encoders (``{name}.pt``) are read from
     teams: np.ndarray | None = None  # team of every client where the partition defines teams (pFedMT's tiers)
+    clusters: np.ndarray | None = None  # planted cluster of every client, where the partition has them; read only
+    # by readings that use oracle information (FLT's ``k: ground_truth``, the authors' code)
     bn_aggregation: str = "average"  # a key of BN_AGGREGATION
 
     def __post_init__(self):
@@ -225,6 +227,12 @@ class Algorithm:
     def clusters(self, fed: Federation, state: dict) -> np.ndarray | None:
         """The recovered cluster of every client, scored against the partition's ground truth with
         ARI and NMI at every evaluated round; None: not a clustering method."""
+        return None
+
+    def planted_clusters(self, fed: Federation, state: dict, count: int) -> np.ndarray | None:
+        """The recovered clusters with their number set to the planted one, ``count`` (FLT: HC's tree cut
+        at C = ``count`` instead of HC's own C), scored as ``ari_planted``; None: the algorithm has no
+        such reading (its ``clusters`` are the only ones)."""
         return None
 
     def adjacency(self, fed: Federation, state: dict) -> np.ndarray | None:

@@ -64,6 +64,17 @@ def _cluster_scores(recovered, truth) -> dict[str, float]:
     }
 
 
+def _planted_scores(fed: Federation, algorithm: Algorithm, state: dict, truth) -> dict[str, float]:
+    """``ari_planted``: the ARI of the algorithm's clusters with their number set to the planted one
+    (FLT: Ward's tree cut at the true C, beside ``ari`` at HC's own C); nothing where the algorithm
+    has no such reading or there is no ground truth."""
+    if truth is None:
+        return {}
+    truth = np.asarray(truth)
+    planted = algorithm.planted_clusters(fed, state, len(np.unique(truth)))
+    return {} if planted is None else {"ari_planted": float(adjusted_rand_score(truth, planted))}
+
+
 def structure_scores(levels: dict[str, np.ndarray], truth: dict[str, list]) -> dict[str, dict[str, dict[str, float]]]:
     """ARI and NMI of every discovered level's grouping against every ground-truth grouping of the
     partition: ``{level: {truth_name: {"ari", "nmi"}}}``.  Clients that dropped a level (group -1)
@@ -234,6 +245,7 @@ def _federation(config: dict, cell: Cell, spec: dict, data: FederatedData, group
         seed=cell.seed,
         encoders=Path(config.get("results", "results")) / "encoders",
         teams=None if "team" not in groups else np.asarray(groups["team"]),
+        clusters=None if "cluster" not in groups else np.asarray(groups["cluster"]),
         bn_aggregation=training["bn_aggregation"],
     )
 
@@ -292,6 +304,7 @@ def score_round(fed: Federation, algorithm: Algorithm, state: dict, round_: int,
     if train_scores:
         row.update(_train_scores(scoring, models, global_weights, data, everyone, memory_mb, model))
     row.update(_cluster_scores(algorithm.clusters(fed, state), truth))
+    row.update(_planted_scores(fed, algorithm, state, truth))
     row.update(adjacency_scores(algorithm.adjacency(fed, state), truth))
     row.update(algorithm.diagnostics(fed, state))  # per-round scalars (CFL's norms, splits)
     return row, personal
@@ -390,7 +403,7 @@ def _add_clustering(metrics: dict, history: pd.DataFrame, level_clusters: dict |
     """The last round's clustering and relatedness scores (``clustering``) and, for algorithms with
     levels (FeMAM), every level's groups against every ground-truth grouping (``structure_scores``)."""
     if "ari" in history:
-        metrics["clustering"] = {k: float(history[k].iloc[-1]) for k in ("ari", "nmi")}
+        metrics["clustering"] = {k: float(history[k].iloc[-1]) for k in ("ari", "nmi", "ari_planted") if k in history}
     if level_clusters is not None:
         metrics["structure_scores"] = structure_scores(level_clusters, groups)
     for column in ("adj_density", "adj_cross_group"):

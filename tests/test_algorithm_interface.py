@@ -43,6 +43,7 @@ def test_hook_defaults_switch_their_feature_off():
     the class with a run's history, adds no remark to the scorecard row."""
     algorithm = _Minimal()
     assert [getattr(algorithm, hook)(None, {}) for hook in HOOKS] == [None, None, None, {}, None, None, None]
+    assert algorithm.planted_clusters(None, {}, 3) is None  # no clusters at the planted C: no ari_planted
     assert dict(algorithm.ignored_training) == {} and algorithm.keeps_local_bn is False
     assert _Minimal.history_note(pd.DataFrame({"round": [1, 2], "acc_mean": [0.5, 0.6]})) == ""
 

@@ -12,6 +12,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 from sklearn.metrics import adjusted_rand_score
 
 from fedbench.clustering import (
@@ -85,7 +86,7 @@ def test_fcr_runs_algorithm_2_with_every_setting_passed_through(seed, kmeans_see
     np.testing.assert_array_equal(result.adjacency, threshold_adjacency(distances, 0.8))
     np.testing.assert_array_equal(result.clusters, clusters)
     np.testing.assert_array_equal(result.linkage, linkage)
-    assert result.params == settings
+    assert result.params == {**settings, "umap_order": None}
     # Ward on Ã's rows (the default HC) into a given C, not the automatic one
     adjacency = threshold_adjacency(distances, 0.8)
     automatic = len(set(hierarchical_clusters(adjacency, None, on="rows")[0]))
@@ -122,7 +123,7 @@ def test_defaults_are_the_papers_and_the_codes_settings():
         np.testing.assert_array_equal(result.clusters, clusters)
     assert fcr(emb).params == dict(gamma=1.0, distance="min", num_clusters=None, hc_on="adjacency_rows", k=5,
                                    n_neighbors=15, min_dist=0.1, metric="euclidean", n_components=2,
-                                   umap_transform=False, n_init=10, seed=None)
+                                   umap_transform=False, n_init=10, seed=None, umap_order=None)
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -319,3 +320,69 @@ def test_min_and_matching_distances_on_three_centre_sets_by_hand():
     np.testing.assert_allclose(client_distances(points, "matching"), [[0, far, 0], [far, 0, far], [0, far, 0]])
     assert threshold_adjacency(client_distances(points, "min"), 3.0).tolist() == [[1, 1, 1]] * 3
     assert threshold_adjacency(client_distances(points, "matching"), 3.0).tolist() == [[1, 0, 1], [0, 1, 0], [1, 0, 1]]
+
+
+@pytest.mark.filterwarnings("ignore")  # umap-learn's notices on 27 points
+def test_flt_code_reading_builds_the_released_codes_graph(monkeypatch):
+    """FLT's code reading (``k: ground_truth``, ``random_state: code``, ``umap_fit: transform``,
+    ``umap_order: code``, ``n_init: 10``, ``distance: matching``) on fixed embeddings: its Ã equals
+    the graph built here step by step as ``clustering_umap_central`` of the released code (hjraad/FLT
+    da09bfd) builds it, with scikit-learn and umap-learn called directly: per client
+    ``KMeans(#labels of its cluster, random_state=43)`` (n_init 10, the default of its day), the
+    centres stacked in the code's client order (``np.random.seed(321)``, ``choice(10, 10)`` for the
+    clusters' labels, then ``choice(M, M)``), ``UMAP(n_components=2, random_state=42).fit``, each
+    client's centres ``transform``-ed on their own, ``min_matching_distance`` over the k!
+    permutations, A = [d < 1].  Nine clients in a ring of three 3-label clusters (Scenario 2's
+    shape): k = 3 comes from the clients' labels and their planted clusters (oracle information)."""
+    import umap
+    from sklearn.cluster import KMeans
+
+    from conftest import make_federation
+    from fedbench.algorithms import ALGORITHMS
+    from fedbench.algorithms import flt as flt_module
+    from fedbench.engine.federated_data import ClientIndex, FederatedData
+    from fedbench.engine.local_sgd import LocalSGD
+    from fedbench.engine.weights import model_weights
+
+    cluster_labels = [[0, 1, 2], [2, 3, 4], [4, 5, 0]]  # a ring: neighbours share one label
+    truth = np.repeat(np.arange(3), 3)
+    rng = np.random.default_rng(5)
+    modes = rng.normal(scale=6.0, size=(6, 8))
+    labels = [np.repeat(cluster_labels[c], 6) for c in truth]
+    embeddings = [modes[l] + rng.normal(size=(18, 8)) for l in labels]
+    y = np.concatenate(labels + [np.zeros(9, np.int64)])
+    starts = np.arange(0, 9 * 18 + 1, 18)
+    data = FederatedData(
+        torch.zeros(len(y), 2), torch.as_tensor(y), ClientIndex.from_lists([np.arange(s, s + 18) for s in starts[:-1]], "cpu"),
+        ClientIndex.from_lists([np.array([9 * 18 + m]) for m in range(9)], "cpu"), 6,
+    )
+    fed = make_federation(data, torch.nn.Linear(2, 6), LocalSGD(1, 5, 0.1), seed=11)
+    fed.clusters = truth
+    monkeypatch.setattr(flt_module, "load_encoder", lambda path: torch.nn.Identity())
+    monkeypatch.setattr(flt_module, "embed_clients", lambda *args, **kwargs: embeddings)
+    code = dict(encoder="e", k="ground_truth", distance="matching", aggregation="in_place", random_state="code",
+                umap_fit="transform", umap_order="code", n_init=10)
+    state = ALGORITHMS["flt"](**code).init(fed, model_weights(fed.model))
+
+    # the released code's steps, one by one
+    k = len(cluster_labels[0])
+    centres = {m: KMeans(n_clusters=k, random_state=43, n_init=10).fit(embeddings[m]).cluster_centers_ for m in range(9)}
+    np.random.seed(321)
+    np.random.choice(10, 10, replace=False)  # gen_cluster: the clusters' labels
+    idxs_users = np.random.choice(9, 9, replace=False)  # clustering_umap_central's client order
+    reducer = umap.UMAP(n_components=2, random_state=42).fit(np.vstack([centres[m] for m in idxs_users]))
+    z = {m: reducer.transform(centres[m]) for m in range(9)}
+
+    def min_matching_distance(c0, c1):
+        return min(np.sqrt(sum(np.linalg.norm(c0[i] - c1[p[i]]) ** 2 for i in range(len(c0)))) / len(c0)
+                   for p in itertools.permutations(range(len(c1))))
+
+    soft = np.array([[min_matching_distance(z[i], z[j]) for j in range(9)] for i in range(9)])
+    graph = (soft < 1).astype(int)
+    assert 0 < graph.sum() - 9 < 72  # some links, not all
+    np.testing.assert_array_equal(state["adjacency"], graph)
+    np.testing.assert_allclose(state["distances"], soft, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state["centres_2d"], np.stack([z[m] for m in range(9)]), rtol=1e-6, atol=1e-6)
+    # the order of UMAP's fit is part of the reading: client order 0..8 embeds the same centres elsewhere
+    in_order = ALGORITHMS["flt"](**{**code, "umap_order": "clients"}).init(fed, model_weights(fed.model))
+    assert not np.allclose(in_order["centres_2d"], state["centres_2d"])

@@ -364,7 +364,8 @@ def test_flt_relatedness_passes_its_settings_to_fcr(monkeypatch):
         assert args[1] is fed.data and args[2].tolist() == list(range(5))
         assert (kwargs["finetune_epochs"], kwargs["lr"], kwargs["batch_size"], kwargs["generator"]) == (2, 1e-3, 64, fed.generator)
         assert calls["fcr"] == ((["e"],), dict(k=3, gamma=0.7, distance="matching", n_neighbors=6, min_dist=0.2,
-                                               num_clusters=expected, seed=3))
+                                               umap_transform=False, umap_order=None, num_clusters=expected,
+                                               n_init=10, seed=3))
     state = ALGORITHMS["pca_km_hc"](k=2, pca_components=4, gamma=0.9, clusters="auto").init(fed, model_weights(fed.model))
     assert {k: state[k] for k in ("adjacency", "clusters", "distances", "linkage")} == dict(
         adjacency="A", clusters="C", distances="D", linkage="L") and "centres_2d" not in state
@@ -407,3 +408,121 @@ def test_fesem_flt_later_rounds_start_kmeans_at_the_previous_centres(monkeypatch
         labels = algorithm.clusters(fed, state)
         assert labels[0] == labels[1] != labels[2] == labels[3], round_
     assert seeds == [3, 3]
+
+
+def test_ground_truth_k_counts_the_labels_of_the_widest_planted_cluster():
+    """``k: ground_truth`` (the released code: k-means centres = entries of the client's row of its
+    cluster array, rows padded to the widest cluster): 3 for three 3-label clusters; 5 where one
+    cluster has 5 labels and another 2 (Structured FEMNIST's last cluster [45, 46, 0, 0, 0] counts
+    5); the code's 5 without planted clusters (FEMNIST).  Labels are read from the clients' training
+    rows only."""
+    from fedbench.algorithms.flt import ground_truth_k
+    from fedbench.engine.federated_data import ClientIndex, FederatedData
+
+    def federation(client_labels, clusters):
+        y = np.concatenate([np.asarray(l) for l in client_labels] + [np.arange(9)])  # test rows hold every label
+        bounds = np.cumsum([0] + [len(l) for l in client_labels])
+        train = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        test = [np.arange(bounds[-1], bounds[-1] + 9)] * len(client_labels)
+        data = FederatedData(torch.zeros(len(y), 2), torch.as_tensor(y), ClientIndex.from_lists(train, "cpu"),
+                             ClientIndex.from_lists(test, "cpu"), 9)
+        fed = make_federation(data, nn.Linear(2, 9), LocalSGD(1, 5, 0.1))
+        fed.clusters = None if clusters is None else np.asarray(clusters)
+        return fed
+
+    ring = [[0, 1, 1], [2, 0], [2, 3, 4], [4, 3], [4, 5, 0], [0, 5]]  # clusters {0,1,2}, {2,3,4}, {4,5,0}
+    assert ground_truth_k(federation(ring, [0, 0, 1, 1, 2, 2])) == 3
+    uneven = [[0, 1, 2], [3, 4], [5, 6], [5, 6, 6]]  # clusters {0,...,4} and {5, 6}
+    assert ground_truth_k(federation(uneven, [0, 0, 1, 1])) == 5
+    assert ground_truth_k(federation(uneven, None)) == 5
+    pairs = [[0, 1], [1, 0], [2, 3], [3]]
+    assert ground_truth_k(federation(pairs, [0, 0, 1, 1])) == 2
+
+
+def test_flt_code_reading_options_validated_and_the_papers_defaults_unchanged():
+    """The code reading's options are named, bounded choices; the defaults are the paper's (k = 5) and
+    fedbench's earlier settings (the run's seed, UMAP's fitted embedding in client order, 10 k-means
+    restarts), so entries that do not set them build exactly the algorithm they built before."""
+    from fedbench.algorithms.flt import FLT
+
+    default = ALGORITHMS["flt"](encoder="e")
+    assert (default.k, default.random_state, default.umap_fit, default.umap_order, default.n_init) == (
+        5, "run", "fit_transform", "clients", 10)
+    assert default == FLT("encoder", "e", 0, 5, 1.0, "min", None, "simultaneous", 15, 0.1, 0, "all")
+    code = ALGORITHMS["flt"](encoder="e", k="ground_truth", random_state="code", umap_fit="transform",
+                             umap_order="code", n_init="auto")
+    assert (code.k, code.random_state, code.umap_fit, code.umap_order, code.n_init) == (
+        "ground_truth", "code", "transform", "code", "auto")
+    for bad in (dict(k="labels"), dict(random_state="fixed"), dict(umap_fit="fit"), dict(umap_order="random")):
+        with pytest.raises(ValueError):
+            ALGORITHMS["flt"](encoder="e", **bad)
+    ALGORITHMS.check_params("flt", {"encoder": "e", "k": "ground_truth", "n_init": "auto", "random_state": "code",
+                                    "umap_fit": "transform", "umap_order": "code"}, "algorithms.x")
+    for key, value in (("k", 0), ("k", "labels"), ("n_init", 0), ("n_init", "best"), ("umap_order", "shuffled"),
+                       ("random_state", "fixed"), ("umap_fit", "fit")):
+        with pytest.raises(ValueError, match=f"algorithms.x.{key}"):
+            ALGORITHMS.check_params("flt", {"encoder": "e", key: value}, "algorithms.x")
+
+
+@pytest.mark.parametrize("config", ["flt_claims.yaml", "flt.yaml", "flt_offline.yaml"])
+def test_every_code_reading_entry_runs_the_released_codes_relatedness(config):
+    """Every FLT entry named ``*_code`` in the FLT grids is the authors' code's reading throughout:
+    matching distance, in-place aggregation, k from the planted clusters, the code's random states,
+    UMAP fitted then transformed in the code's client order, 10 k-means restarts; every other FLT
+    entry keeps the paper's defaults for these."""
+    import yaml
+
+    entries = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "experiments" / config).read_text())["algorithms"]
+    code = dict(distance="matching", aggregation="in_place", k="ground_truth", random_state="code", umap_fit="transform",
+                umap_order="code", n_init=10)
+    flt_entries = {name: e for name, e in entries.items() if e["method"] == "flt"}
+    readings = [name for name in flt_entries if "_code" in name]
+    assert readings
+    for name, entry in flt_entries.items():
+        built = ALGORITHMS.with_defaults("flt", {k: v for k, v in entry.items() if k != "method"})
+        if name in readings:
+            assert {k: built[k] for k in code} == code, name
+        else:
+            assert (built["k"], built["random_state"], built["umap_fit"], built["umap_order"]) == (
+                5, "run", "fit_transform", "clients"), name
+
+
+def test_planted_c_ari_cuts_the_same_ward_tree_at_the_true_number_of_clusters():
+    """Structure recovery two ways (pipeline ``ari`` and ``ari_planted``): on a graph of three planted
+    groups (clients 0-2 | 3-5 | 6-8) whose second and third are tied by three cross links, HC's own C
+    (the largest merge-height gap) is 2 and merges them (ARI 0.5), while Ward's tree on Ã's rows (scipy
+    called here) cut at the planted C = 3 separates them (ARI 1); both scored against the truth with
+    scikit-learn's ARI."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from sklearn.metrics import adjusted_rand_score
+
+    from fedbench.clustering.fcr import hierarchical_clusters
+    from fedbench.pipeline import _planted_scores, _cluster_scores
+
+    truth = np.repeat(np.arange(3), 3)
+    adjacency = (truth[:, None] == truth[None, :]).astype(int)
+    for i, j in ((3, 6), (3, 7), (4, 8)):  # cross links between groups 1 and 2
+        adjacency[i, j] = adjacency[j, i] = 1
+    clusters, tree = hierarchical_clusters(adjacency, None, on="rows")
+    assert len(set(clusters)) == 2
+    state = {"adjacency": adjacency, "clusters": clusters, "linkage": tree}
+    fed = make_federation(make_data([3] * 9), mlp(), LocalSGD(1, 5, 0.1))
+    algorithm = ALGORITHMS["flt"](encoder="unused")
+    want = adjusted_rand_score(truth, fcluster(linkage(adjacency, method="ward", metric="euclidean"), 3, "maxclust"))
+    scores = _planted_scores(fed, algorithm, state, truth)
+    assert scores == {"ari_planted": pytest.approx(want)} and want == 1.0
+    assert _cluster_scores(clusters, truth)["ari"] == 0.5
+    assert _planted_scores(fed, algorithm, state, None) == {}
+    assert _planted_scores(fed, ALGORITHMS["fedavg"](), state, truth) == {}  # no such reading: not reported
+    # an evaluated round records both (history.csv), metrics.json carries both, a claim may read either
+    from fedbench.pipeline import score_round
+    from fedbench.results.claims import METRICS
+    from fedbench.results.tables import CLUSTER_METRICS
+
+    row, _ = score_round(fed, algorithm, {**state, "clients": broadcast(model_weights(fed.model), 9)}, 1, 0.0, truth)
+    assert (row["ari"], row["ari_planted"]) == (0.5, 1.0)
+    assert {"ari", "ari_planted"} <= set(METRICS) and {"ari", "ari_planted"} <= set(CLUSTER_METRICS)
+    import yaml
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
+    assert tuple(schema["properties"]["claims"]["additionalProperties"]["properties"]["metric"]["enum"]) == METRICS

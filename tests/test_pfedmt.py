@@ -226,6 +226,7 @@ def pfedmt_by_hand(fed, x, team, rounds, hp, weighting, global_step):
     oracle = MinibatchGradients(fed.model, data, data.train, fed.local.batch_size)
     g, everyone = torch.Generator().manual_seed(fed.seed), torch.arange(len(team))
     a, eta, lam, gamma, beta = (hp[k] for k in ("alpha", "eta", "lam", "gamma", "beta"))
+    device_lam = hp.get("device_lam", lam)  # Eq. (10)'s coupling; the team step (Eq. 7) keeps lam
     for _ in range(rounds):
         loss = torch.zeros(len(team))  # mean device loss over the round's K * L steps
         w = {i: dict(x) for i in teams}  # line 2: w_i^{t,0} = x^t
@@ -239,7 +240,7 @@ def pfedmt_by_hand(fed, x, team, rounds, hp, weighting, global_step):
                     else:
                         grad, value = ce_gradient(fed.model, theta[j], data.x[rows[l, j]], data.y[rows[l, j]])
                     loss[j] += value / (hp["team_iterations"] * hp["local_iterations"])
-                    theta[j] = {p: theta[j][p] - a * grad[p] - a * lam * (theta[j][p] - w[team[j]][p]) for p in x}
+                    theta[j] = {p: theta[j][p] - a * grad[p] - a * device_lam * (theta[j][p] - w[team[j]][p]) for p in x}
             for i in teams:  # lines 8-9 / Eq. (7)
                 bar = {p: sum(delta[j] * theta[j][p] for j in members[i]) for p in x}
                 w[i] = {p: (1 - eta * lam - eta * gamma) * w[i][p] + eta * gamma * x[p] + eta * lam * bar[p] for p in x}
@@ -344,3 +345,58 @@ def test_rejects_unknown_options():
         ALGORITHMS["pfedmt"](global_step="line12")
     with pytest.raises(ValueError):
         ALGORITHMS["pfedmt"](weighting="equal")
+
+
+def test_device_lambda_enters_the_device_step_and_lambda_the_team_step_by_hand():
+    """``device_lam`` (the PerMFL_1 code's device-level lambda, local_epochs = 20 by a positional slip):
+    one round, one team of two devices, K = 1, L = 2, f_j(theta) = 1/2 (theta - c_j)^2 with c = (1, 3),
+    x^0 = 1, alpha = 0.1, lam_d = 4 (device), lam = 2 (team), eta = 0.2, gamma = 0.5, beta = 1, uniform
+    weights.  Device steps (Eq. 10) from theta = w = 1:
+        theta_1 = 1 - 0.1 (1 - c) = 0.9 + 0.1 c                                  -> (1.0, 1.2)
+        theta_2 = theta_1 - 0.1 ((theta_1 - c) + 4 (theta_1 - 1)) = 0.5 theta_1 + 0.1 c + 0.4 -> (1.0, 1.3)
+    team step (Eq. 7) with lam = 2:  w = (1 - 0.4 - 0.1) 1 + 0.1 * 1 + 0.4 * mean(1.0, 1.3) = 1.06
+    (with lam_d = 4 in the team step too it would be 1.12); global step (Eq. 4):  x = 0.5 + 0.5 * 1.06 = 1.03.
+    device_lam None is lam in both tiers (the paper's single lambda)."""
+    team_of, c, x0 = torch.tensor([0, 0]), torch.tensor([[1.0], [3.0]], dtype=DT), torch.tensor([1.0], dtype=DT)
+    hp = dict(team_iterations=1, local_iterations=2, alpha=0.1, eta=0.2, gamma=0.5, beta=1.0)
+    x, theta = run_rounds(x0, team_of, c, rounds=1, lam=2.0, device_lam=4.0, **hp)
+    torch.testing.assert_close(theta, torch.tensor([[1.0], [1.3]], dtype=DT), rtol=0, atol=1e-12)
+    torch.testing.assert_close(x, torch.tensor([1.03], dtype=DT), rtol=0, atol=1e-12)
+    for single in (dict(device_lam=None), dict()):  # the paper: one lambda, here 2 in both tiers
+        x_one, _ = run_rounds(x0, team_of, c, rounds=1, lam=2.0, **single, **hp)
+        x_two, _ = run_rounds(x0, team_of, c, rounds=1, lam=2.0, device_lam=2.0, **hp)
+        torch.testing.assert_close(x_one, x_two, rtol=0, atol=0)
+    assert ALGORITHMS["pfedmt"]().device_lam is None
+    assert ALGORITHMS["pfedmt"](lam=15.0, device_lam=20.0).device_lam == 20.0
+    with pytest.raises(ValueError, match="device_lam"):
+        ALGORITHMS.check_params("pfedmt", {"device_lam": 0.0}, "algorithms.x")
+
+
+def test_device_lambda_through_the_federation_by_hand():
+    """``ALGORITHMS["pfedmt"](device_lam=...)`` on an MLP and real minibatches against
+    :func:`pfedmt_by_hand` with the device step's lambda (3.0) apart from the team step's (2.0): two rounds
+    of K = L = 2, two unequal teams, uniform weights (the PerMFL_1 code's reading)."""
+    data = make_data([6, 2, 5, 3, 4], test=2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=3, lr=0.1), seed=3)
+    teams = [7, 7, 3, 3, 3]
+    fed.teams = np.array(teams)
+    hp = {"team_iterations": 2, "local_iterations": 2, "alpha": 0.1, "eta": 0.2, "lam": 2.0, "gamma": 0.5, "beta": 0.8,
+          "device_lam": 3.0}
+    algo = ALGORITHMS["pfedmt"](**hp, weighting="uniform")
+    initial = model_weights(model)
+    state = algo.init(fed, initial)
+    for t in (1, 2):
+        state, loss = algo.round(fed, state, t)
+    x, theta, expected_loss = pfedmt_by_hand(fed, initial, teams, 2, hp, "uniform", "eq4")
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
+    for p in x:
+        torch.testing.assert_close(algo.global_model(fed, state)[p], x[p], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(algo.client_models(fed, state, 2)[p], torch.stack([th[p] for th in theta]), atol=1e-5, rtol=1e-4)
+    firsts = []
+    for device_lam in (3.0, None):  # the same minibatches: only the device step's lambda differs
+        fed.generator.manual_seed(3)
+        one = ALGORITHMS["pfedmt"](**{**hp, "device_lam": device_lam}, weighting="uniform")
+        firsts.append(one.round(fed, one.init(fed, initial), 1)[0]["global"]["1.weight"])
+    assert not torch.allclose(*firsts)

@@ -51,6 +51,8 @@ class Federation:
     seed: int
     encoders: Path = Path("results/encoders")  # where pretrained encoders (``{name}.pt``) are read from
     teams: np.ndarray | None = None  # team of every client where the partition defines teams (pFedMT's tiers)
+    clusters: np.ndarray | None = None  # planted cluster of every client, where the partition has them; read only
+    # by readings that use oracle information (FLT's ``k: ground_truth``, the authors' code)
     bn_aggregation: str = "average"  # a key of BN_AGGREGATION
 
     def __post_init__(self):
@@ -175,7 +177,7 @@ class Algorithm:
     -> the stacked model each client is scored with; ``global_model`` -> the server model or None.
 
     Optional hooks, declared here once with the default the pipeline uses when an algorithm
-    does not override them (:data:`HOOKS`; a subclass's public method whose name is close to a
+    does not override them (:data:`HOOKS`, :data:`TRUTH_HOOKS`; a subclass's public method whose name is close to a
     hook's but not one is refused at registration, so a misspelt hook cannot switch its feature
     off silently).  Capabilities are class attributes: ``ignored_training`` (training settings
     the algorithm never reads -> why; setting one is a config error, except one the entry
@@ -227,6 +229,12 @@ class Algorithm:
         ARI and NMI at every evaluated round; None: not a clustering method."""
         return None
 
+    def planted_clusters(self, fed: Federation, state: dict, count: int) -> np.ndarray | None:
+        """The recovered clusters with their number set to the planted one, ``count`` (FLT: HC's tree cut
+        at C = ``count`` instead of HC's own C), scored as ``ari_planted``; None: the algorithm has no
+        such reading (its ``clusters`` are the only ones)."""
+        return None
+
     def adjacency(self, fed: Federation, state: dict) -> np.ndarray | None:
         """A client relatedness graph (FLT), scored for density and cross-group links; None: none."""
         return None
@@ -257,6 +265,7 @@ class Algorithm:
 
 REQUIRED = ("init", "round", "client_models", "global_model")
 HOOKS = ("scoring_model", "clusters", "adjacency", "diagnostics", "level_clusters", "summary", "artifacts")
+TRUTH_HOOKS = ("planted_clusters",)  # run hooks called with what the ground truth tells the scoring (the planted C)
 PLAN_HOOKS = ("check_plan",)  # called by the config's checks with a PlanContext, not during a run
 RESULT_HOOKS = ("history_note",)  # static or class methods the results layer calls with a run's outputs
 CAPABILITIES = ("ignored_training", "replaced_training", "harmless_training", "keeps_local_bn", "ignored_settings")
@@ -276,7 +285,7 @@ def check_algorithm_builder(name: str, builder) -> None:
     if on_instance:
         raise TypeError(f"algorithm {name!r} ({cls.__name__}): {', '.join(on_instance)} is called on the class; "
                         "make it a staticmethod or classmethod")
-    declared = set(REQUIRED) | set(HOOKS) | set(PLAN_HOOKS) | set(RESULT_HOOKS) | set(CAPABILITIES)
+    declared = set(REQUIRED) | set(HOOKS) | set(TRUTH_HOOKS) | set(PLAN_HOOKS) | set(RESULT_HOOKS) | set(CAPABILITIES)
     for attribute, value in vars(cls).items():
         if attribute.startswith("_") or attribute in declared or not callable(value) and not isinstance(value, property):
             continue
@@ -284,7 +293,7 @@ def check_algorithm_builder(name: str, builder) -> None:
         if near:
             raise TypeError(
                 f"algorithm {name!r} ({cls.__name__}) defines {attribute!r}, which is not a hook; "
-                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS + PLAN_HOOKS + RESULT_HOOKS)}"
+                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS + TRUTH_HOOKS + PLAN_HOOKS + RESULT_HOOKS)}"
             )
 
 

@@ -21,6 +21,22 @@ Rounds: every sampled client trains its own current model for E epochs; then
   ``sampled`` (only the members trained this round).  The authors' code averages all members
   (``all_clients: True``, A replaced by all-ones blocks per HC cluster, notes §4.4), with the
   same in-place order as case I under ``aggregation: in_place``.
+
+The relatedness step as the released code runs it (hjraad/FLT da09bfd, ``clustering_umap_central``;
+notes §4.4), each a named option whose default is the paper's (or, where the paper is silent,
+fedbench's earlier behaviour, so that existing results stay):
+
+* ``k: ground_truth`` -- k-means with as many centres as the client's planted cluster has labels
+  (2 in Scenario 1, 3 in Scenario 2, 5 on Structured FEMNIST): **oracle information** the code
+  reads from its cluster array (:func:`ground_truth_k`); default ``k: 5`` (paper);
+* ``random_state: code`` -- KMeans ``random_state=43``, UMAP ``random_state=42``; default ``run``
+  (the run's seed for both);
+* ``umap_fit: transform`` -- UMAP fitted on all centres, then each client's centres transformed on
+  their own; default ``fit_transform`` (the fitted embedding, Algorithm 2 line 16's Z = UMAP(M));
+* ``umap_order: code`` -- the centres stacked for UMAP's fit in the code's shuffled client order
+  (:func:`fedbench.clustering.fcr.code_client_order`); default ``clients`` (0..M-1);
+* ``n_init`` -- k-means restarts; 10 (scikit-learn's default when the code was written, and
+  fedbench's all along); ``auto`` is today's scikit-learn default.
 """
 
 from __future__ import annotations
@@ -31,12 +47,35 @@ import numpy as np
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
-from fedbench.clustering.fcr import fcr, pca_signatures, relatedness
+from fedbench.clustering.fcr import code_client_order, cut_linkage, fcr, pca_signatures, relatedness
 from fedbench.algorithms.flt_encoders import embed_clients, load_encoder
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
 
 CLUSTER_AVERAGES = ("all", "sampled")
 AGGREGATIONS = ("simultaneous", "in_place")
+RANDOM_STATES = ("run", "code")
+UMAP_FITS = ("fit_transform", "transform")
+UMAP_ORDERS = ("clients", "code")
+CODE_UNCLUSTERED_K = 5  # the code's nr_of_embedding_clusters where the data have no planted clusters (FEMNIST)
+
+
+def ground_truth_k(fed: Federation) -> int:
+    """k of ``k: ground_truth``, the released code's number of k-means centres: the number of labels
+    of the client's planted cluster, counted as the code counts its cluster array, whose rows are
+    padded to the widest cluster (Structured FEMNIST's last cluster is [45, 46, 0, 0, 0]: 5), so
+    the largest number of distinct training labels of any planted cluster: 2 in Scenario 1, 3 in
+    Scenario 2, 5 on Structured FEMNIST.  This is oracle information (the planted clusters are what
+    FCR is meant to find).  Without planted clusters (FEMNIST, Scenario 3) the code uses its
+    ``nr_of_embedding_clusters``, 5 in the released configs (:data:`CODE_UNCLUSTERED_K`)."""
+    if fed.clusters is None:
+        return CODE_UNCLUSTERED_K
+    clusters = np.asarray(fed.clusters)
+    y = fed.data.y.cpu().numpy()
+    index, counts = fed.data.train.index.cpu().numpy(), fed.data.train.counts.cpu().numpy()
+    labels: dict = {}
+    for m, c in enumerate(clusters.tolist()):
+        labels.setdefault(c, set()).update(np.unique(y[index[m, : counts[m]]]).tolist())
+    return max(len(held) for held in labels.values())
 
 
 def neighbour_average(stacked: Weights, adjacency: np.ndarray, samples: torch.Tensor, in_place: bool) -> Weights:
@@ -69,7 +108,7 @@ class FLT(Algorithm):
     signature: str
     encoder: str | None
     finetune_epochs: int
-    k: int
+    k: int | str  # or "ground_truth" (the code: labels per planted cluster, ground_truth_k)
     gamma: float
     distance: str
     cluster_count: int | str | None  # case II: HC into this many clusters ("auto": chosen by HC); None: case I
@@ -78,12 +117,18 @@ class FLT(Algorithm):
     umap_min_dist: float
     pca_components: int
     cluster_average: str = "all"
+    random_state: str = "run"  # "code": KMeans 43, UMAP 42 (the released code)
+    umap_fit: str = "fit_transform"  # "transform": fit on all centres, transform each client's (the code)
+    umap_order: str = "clients"  # "code": the code's shuffled client order for UMAP's fit
+    n_init: int | str = 10  # k-means restarts (10: scikit-learn's default when the code was written)
 
     def __post_init__(self):
-        if self.cluster_average not in CLUSTER_AVERAGES:
-            raise ValueError(f"cluster_average must be one of {CLUSTER_AVERAGES}, got {self.cluster_average!r}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        for name, choices in (("cluster_average", CLUSTER_AVERAGES), ("aggregation", AGGREGATIONS),
+                              ("random_state", RANDOM_STATES), ("umap_fit", UMAP_FITS), ("umap_order", UMAP_ORDERS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        if isinstance(self.k, str) and self.k != "ground_truth":
+            raise ValueError(f"k must be a positive integer or 'ground_truth', got {self.k!r}")
 
     def relatedness(self, fed: Federation) -> dict:
         """FCR (Algorithm 2): adjacency Ã, optional clusters C, and what the figures need."""
@@ -96,9 +141,11 @@ class FLT(Algorithm):
                 lr=1e-3, batch_size=64, generator=fed.generator,  # the original code: Adam 1e-3, batch 64
             )
             result = fcr(
-                embeddings, k=self.k, gamma=self.gamma, distance=self.distance,
-                n_neighbors=self.umap_neighbors, min_dist=self.umap_min_dist,
-                num_clusters=num_clusters, seed=fed.seed,
+                embeddings, k=ground_truth_k(fed) if self.k == "ground_truth" else self.k, gamma=self.gamma,
+                distance=self.distance, n_neighbors=self.umap_neighbors, min_dist=self.umap_min_dist,
+                umap_transform=self.umap_fit == "transform",
+                umap_order=code_client_order(fed.num_clients) if self.umap_order == "code" else None,
+                num_clusters=num_clusters, n_init=self.n_init, seed=None if self.random_state == "code" else fed.seed,
             )
             return {"adjacency": result.adjacency, "clusters": result.clusters, "distances": result.distances,
                     "linkage": result.linkage, "centres_2d": result.centres_2d}
@@ -156,20 +203,30 @@ class FLT(Algorithm):
         """HC's clusters: the ones case II trains on; in case I reported only (C chosen by HC)."""
         return state["clusters"]
 
+    def planted_clusters(self, fed: Federation, state: dict, count: int) -> np.ndarray | None:
+        """HC's tree (Ward on Ã's rows) cut into the planted number of clusters ``count``: structure
+        recovery scored without HC's choice of C (:func:`fedbench.clustering.fcr.cut_linkage`)."""
+        linkage = state.get("linkage")
+        if linkage is None or len(linkage) + 1 != fed.num_clients or not 1 <= count <= fed.num_clients:
+            return None
+        return cut_linkage(np.asarray(linkage), count)
+
     def artifacts(self, fed: Federation, state: dict) -> dict:
         keep = ("adjacency", "distances", "linkage", "centres_2d", "clusters")
         return {name: state[name] for name in keep if state.get(name) is not None}
 
 
 @ALGORITHMS.register("flt", bounds={
-        "finetune_epochs": ">= 0", "k": ">= 1", "gamma": "> 0", "distance": ("min", "matching"), "clusters": [">= 1", ("auto",)],
-        "aggregation": ("simultaneous", "in_place"), "umap_neighbors": ">= 2", "umap_min_dist": ">= 0",
+        "finetune_epochs": ">= 0", "k": [">= 1", ("ground_truth",)], "gamma": "> 0", "distance": ("min", "matching"),
+        "clusters": [">= 1", ("auto",)], "aggregation": ("simultaneous", "in_place"), "umap_neighbors": ">= 2",
+        "umap_min_dist": ">= 0", "random_state": RANDOM_STATES, "umap_fit": UMAP_FITS, "umap_order": UMAP_ORDERS,
+        "n_init": [">= 1", ("auto",)],
     }, refers={"encoder": "encoders"})  # refers: parameter -> the config section whose entry it names
 def flt(
     *,
     encoder: str,
     finetune_epochs: int = 0,
-    k: int = 5,
+    k: int | str = 5,
     gamma: float = 1.0,
     distance: str = "min",
     clusters: int | str | None = None,
@@ -177,12 +234,19 @@ def flt(
     umap_neighbors: int = 15,
     umap_min_dist: float = 0.1,
     cluster_average: str = "all",
+    random_state: str = "run",
+    umap_fit: str = "fit_transform",
+    umap_order: str = "clients",
+    n_init: int | str = 10,
 ) -> FLT:
     """FLT (Algorithms 2-3).  Paper defaults: k = 5, ``distance: min`` (min over centre pairs),
-    case II averaging ``cluster_average: all`` members.  The authors' code: k = labels per
-    cluster, ``distance: matching``, γ = 1, ``aggregation: in_place``, all members."""
+    case II averaging ``cluster_average: all`` members, UMAP's fitted embedding in client order,
+    the run's seed.  The authors' code: ``k: ground_truth`` (labels per planted cluster: oracle
+    information), ``distance: matching``, γ = 1, ``aggregation: in_place``, all members,
+    ``random_state: code`` (KMeans 43, UMAP 42), ``umap_fit: transform``, ``umap_order: code``,
+    ``n_init: 10`` (see the module docstring)."""
     return FLT("encoder", encoder, finetune_epochs, k, gamma, distance, clusters, aggregation,
-               umap_neighbors, umap_min_dist, 0, cluster_average)
+               umap_neighbors, umap_min_dist, 0, cluster_average, random_state, umap_fit, umap_order, n_init)
 
 
 @ALGORITHMS.register("pca_km_hc", bounds={

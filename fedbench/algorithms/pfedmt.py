@@ -15,6 +15,11 @@ Fidelity choices (see docs/original_code_notes.md §3.2-3.3):
 * all teams and all devices of every team take part in every round/team iteration (code default);
 * ``weighting="samples"`` (default, paper): delta_j = n_ij / n_i within a team, tau_i = n_i / n;
   ``weighting="uniform"`` (PerMFL_1 code): delta_j = 1 / N_i, tau_i = 1 / M;
+* ``device_lam`` (default None: the paper's single lam in both tiers): the device-level coupling of
+  Eq. (10) on its own.  The released PerMFL_1 code (85f46c6772ea) passes ``(..., beta, lamda,
+  local_epochs)`` positionally into ``User.__init__(..., beta, eta, lamda, ...)``, so the lam that
+  ``pFedMeOptimizer`` uses at the device level is ``local_epochs`` (L = 20), while the team step
+  uses lam (15): the code's reading is ``device_lam: 20``;
 * one local iteration = ONE minibatch of ``fed.local.batch_size`` rows, drawn uniformly *with
   replacement* from the device's training rows with ``fed.generator`` (the code cycles an
   unshuffled DataLoader; with-replacement draws keep the sampling stateless across rounds).
@@ -107,8 +112,10 @@ def pfedmt_round(
     gamma: float,
     beta: float,
     global_step: str = "eq4",
+    device_lam: float | None = None,
 ) -> tuple[Weights, Weights, torch.Tensor | None]:
-    """One global round of Algorithm 1 on the (parameter) dict ``x``.
+    """One global round of Algorithm 1 on the (parameter) dict ``x``.  ``device_lam``: the coupling of
+    the device step (Eq. 10); None: ``lam``, which the team step (Eq. 7) uses in either case.
 
     ``team_of`` [D]: team id (0..M-1) of every device; ``A`` [M, D], ``tau`` [M]: aggregation
     weights (:func:`aggregation_weights`).  Returns (x^{t+1}, theta [D, ...] after the devices'
@@ -116,6 +123,7 @@ def pfedmt_round(
     """
     x_old = x
     num_teams = A.shape[0]
+    dlam = lam if device_lam is None else device_lam
     # w_i^{t,0} = x^t for every team
     w = broadcast(x_old, num_teams)
     theta: Weights = {}
@@ -127,12 +135,12 @@ def pfedmt_round(
             grads, loss = device_gradient(theta, k, l)
             if loss is not None:
                 loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-            # Eq. (10): theta <- theta - alpha (grad f + lam (theta - w_i))
-            #                = (1 - alpha lam) theta - alpha grad f + alpha lam w_i   (in place, fused)
+            # Eq. (10): theta <- theta - alpha (grad f + lam_d (theta - w_i))
+            #                = (1 - alpha lam_d) theta - alpha grad f + alpha lam_d w_i   (in place, fused)
             t = list(theta.values())
-            torch._foreach_mul_(t, 1 - alpha * lam)
+            torch._foreach_mul_(t, 1 - alpha * dlam)
             torch._foreach_add_(t, [grads[n] for n in theta], alpha=-alpha)
-            torch._foreach_add_(t, [anchor[n] for n in theta], alpha=alpha * lam)
+            torch._foreach_add_(t, [anchor[n] for n in theta], alpha=alpha * dlam)
         # Alg. 1 lines 8-9 / Eq. (7)
         w = {
             n: (1 - eta * lam - eta * gamma) * wi + (eta * gamma) * x_old[n].unsqueeze(0) + (eta * lam) * _mix(A, theta[n])
@@ -184,6 +192,7 @@ class PFedMT(Algorithm):
     beta: float = 1.0
     global_step: str = "eq4"
     weighting: str = "samples"
+    device_lam: float | None = None  # None: lam (the paper); PerMFL_1's code: local_iterations (20)
 
     # training settings pFedMT never reads (setting them is a config error; its step sizes are alpha, eta, beta)
     ignored_training = {
@@ -213,7 +222,7 @@ class PFedMT(Algorithm):
                 params, team_of, A, tau, gradient,
                 team_iterations=self.team_iterations, local_iterations=self.local_iterations,
                 alpha=self.alpha, eta=self.eta, lam=self.lam, gamma=self.gamma, beta=self.beta,
-                global_step=self.global_step,
+                global_step=self.global_step, device_lam=self.device_lam,
             )
         if not theta:  # K = 0: nothing trained this round
             theta = {n: state["personal"][n] for n in names}
@@ -232,7 +241,7 @@ class PFedMT(Algorithm):
 
 @ALGORITHMS.register("pfedmt", bounds={
         "team_iterations": ">= 1", "local_iterations": ">= 1", "alpha": "> 0", "eta": "> 0", "lam": "> 0", "gamma": ">= 0",
-        "beta": "> 0", "global_step": GLOBAL_STEPS, "weighting": WEIGHTINGS,
+        "beta": "> 0", "global_step": GLOBAL_STEPS, "weighting": WEIGHTINGS, "device_lam": "> 0",
     })
 def pfedmt(
     *,
@@ -245,8 +254,11 @@ def pfedmt(
     beta: float = 1.0,
     global_step: str = "eq4",
     weighting: str = "samples",
+    device_lam: float | None = None,
 ) -> PFedMT:
     """pFedMT (Personalized Multi-tier FL, Algorithm 1): team_iterations K, local_iterations L,
     device lr alpha, team lr eta, device/team coupling lam, team/global coupling gamma, global lr
-    beta; ``global_step`` "eq4" (code) or "algorithm1"; ``weighting`` "samples" (paper) or "uniform" (code)."""
-    return PFedMT(team_iterations, local_iterations, alpha, eta, lam, gamma, beta, global_step, weighting)
+    beta; ``global_step`` "eq4" (code) or "algorithm1"; ``weighting`` "samples" (paper) or "uniform" (code);
+    ``device_lam``: the device step's coupling where it differs from the team step's lam (None: lam, the
+    paper; the PerMFL_1 code's is local_epochs = 20 through a positional-argument slip, see the module docstring)."""
+    return PFedMT(team_iterations, local_iterations, alpha, eta, lam, gamma, beta, global_step, weighting, device_lam)

@@ -33,7 +33,11 @@ Fidelity: paper default vs the authors' code (notes §4.4, §4.7 of
 * UMAP: code ``UMAP(n_components=2, random_state=42).fit(all centres)`` then
   ``transform(centres_m)`` per client; default here is ``fit_transform`` (the fitted
   embedding itself, cheaper and exact for the training points), ``umap_transform=True``
-  reproduces the code's extra transform.
+  reproduces the code's extra transform.  The code stacks the centres in a shuffled client
+  order before fitting (``idxs_users = np.random.choice(M, M, replace=False)``);
+  ``umap_order=code_client_order(M)`` replays that order, default client order 0..M-1.
+* k-means restarts: ``n_init=10`` (scikit-learn's default when the code was written; today's
+  default is ``"auto"``, one k-means++ run).
 
 Cost: UMAP's first call in a process JIT-compiles numba kernels (~20-40 s on a 2-core
 machine); later calls are fast.  Distances are computed in row blocks with ``cdist`` on all
@@ -58,6 +62,7 @@ from fedbench.threads import torch_threads_kept
 
 CODE_KMEANS_SEED = 43  # notes §4.1: client KMeans random_state
 CODE_UMAP_SEED = 42  # notes §4.1: UMAP random_state
+CODE_NUMPY_SEED = 321  # notes §4.1: the original main_fed.py's np.random.seed(321)
 MAX_DP_K = 12  # above this, "matching" falls back to per-pair Hungarian
 
 
@@ -164,6 +169,20 @@ def pca_signatures(
 # --------------------------------------------------------------------------- server side
 
 
+def code_client_order(num_clients: int) -> np.ndarray:
+    """The client order in which the released code (hjraad/FLT da09bfd, ``base_fed_learning``) stacks
+    the clients' centres before fitting UMAP, replayed from its global numpy stream:
+    ``main_fed.py`` seeds ``np.random.seed(321)``, ``gen_cluster`` draws the clusters' labels with
+    ``np.random.choice(10, 10, replace=False)`` (MNIST/CIFAR-10 Scenarios 1 and 2; nothing else
+    draws from numpy before the relatedness step there), and ``clustering_umap_central`` draws
+    ``idxs_users = np.random.choice(num_users, num_users, replace=False)``.  Other datasets of the
+    code (EMNIST's shuffled blocks, FEMNIST) draw differently before it, so there this is a fixed
+    shuffled order, not the code's exact one."""
+    rs = np.random.RandomState(CODE_NUMPY_SEED)
+    rs.choice(10, 10, replace=False)  # gen_cluster's labels
+    return rs.choice(num_clients, num_clients, replace=False)
+
+
 def embed_centres(
     centres: np.ndarray,
     n_neighbors: int = 15,
@@ -172,6 +191,7 @@ def embed_centres(
     seed: int | None = CODE_UMAP_SEED,
     n_components: int = 2,
     transform: bool = False,
+    order: np.ndarray | None = None,
 ) -> np.ndarray:
     """``Z = UMAP(M)``: UMAP of all M*k centres jointly (Algorithm 2, line 16).
 
@@ -180,12 +200,17 @@ def embed_centres(
     seed makes UMAP single-threaded and deterministic).  ``n_neighbors`` is clipped to
     M*k - 1.  ``transform=True`` mimics the code: ``fit`` on all centres, then ``transform`` of
     each client's centres on their own (one ``transform`` of all of them would return the fitted
-    embedding: umap-learn recognises its training data).  The first UMAP call of a process
+    embedding: umap-learn recognises its training data).  ``order``: a permutation of the clients,
+    the order in which their centres are stacked for the fit (the code's: :func:`code_client_order`);
+    None: 0..M-1.  The result is in client order either way.  The first UMAP call of a process
     compiles numba code (~20-40 s).
     """
     centres = np.asarray(centres, dtype=np.float64)
     m, k, e = centres.shape
-    x = centres.reshape(m * k, e)
+    order = np.arange(m) if order is None else np.asarray(order)
+    if sorted(order.tolist()) != list(range(m)):
+        raise ValueError(f"order must be a permutation of the {m} clients")
+    x = centres[order].reshape(m * k, e)
     # numba's OpenMP layer, started by UMAP's first parallel kernel, resets the OpenMP thread count
     # that torch's CPU pool reads (fedbench/threads.py); keep the training's thread count.
     with torch_threads_kept():
@@ -201,7 +226,8 @@ def embed_centres(
                 reducer.fit(x)
                 z = np.stack([reducer.transform(c) for c in centres])
             else:
-                z = reducer.fit_transform(x)
+                z = np.empty((m, k, n_components))
+                z[order] = reducer.fit_transform(x).reshape(m, k, n_components)
     return np.asarray(z, dtype=np.float64).reshape(m, k, n_components)
 
 
@@ -324,13 +350,25 @@ def hierarchical_clusters(
     else:
         raise ValueError(f"on must be 'distances' or 'rows', not {on!r}")
     c = _auto_num_clusters(z) if num_clusters is None else int(num_clusters)
+    return cut_linkage(z, c), z
+
+
+def cut_linkage(z: np.ndarray, num_clusters: int) -> np.ndarray:
+    """0-based labels of exactly ``num_clusters`` clusters from a scipy linkage ``z`` of M points:
+    ``fcluster(criterion='maxclust')``, or ``cut_tree`` where tied merge heights make fcluster return
+    fewer (what :func:`hierarchical_clusters` returns for that C; also the planted-C cut the
+    pipeline scores beside HC's own C)."""
+    m = len(z) + 1
+    c = int(num_clusters)
     if not 1 <= c <= m:
         raise ValueError(f"num_clusters must be in [1, {m}], got {c}")
+    if m == 1:
+        return np.zeros(1, dtype=np.int64)
     labels = fcluster(z, t=c, criterion="maxclust")
     if len(np.unique(labels)) != c:
         labels = cut_tree(z, n_clusters=c).ravel()
     _, labels = np.unique(labels, return_inverse=True)
-    return labels.astype(np.int64), z
+    return labels.astype(np.int64)
 
 
 # --------------------------------------------------------------------------- end to end
@@ -377,6 +415,7 @@ def fcr(
     metric: str = "euclidean",
     n_components: int = 2,
     umap_transform: bool = False,
+    umap_order: np.ndarray | None = None,
     num_clusters: int | None = None,
     hc_on: str = "adjacency_rows",
     n_init: int | str = 10,
@@ -387,15 +426,17 @@ def fcr(
     k-means centres per client (k), UMAP of all centres, distances (``"min"`` paper /
     ``"matching"`` code), Ã = [A < γ] with self-loops, HC into ``num_clusters`` (None:
     automatic, largest merge-height gap).  ``seed=None`` uses the code's seeds (KMeans 43,
-    UMAP 42); an int seeds both.  See the module docstring for paper-vs-code choices.
+    UMAP 42); an int seeds both.  ``umap_order``: the client order of UMAP's fit (None: 0..M-1;
+    the code's: :func:`code_client_order`).  See the module docstring for paper-vs-code choices.
     """
     centres = client_centres(embeddings, k, CODE_KMEANS_SEED if seed is None else seed, n_init)
     z = embed_centres(
         centres, n_neighbors, min_dist, metric, CODE_UMAP_SEED if seed is None else seed,
-        n_components, umap_transform,
+        n_components, umap_transform, umap_order,
     )
     out = relatedness(z, gamma=gamma, distance=distance, num_clusters=num_clusters, hc_on=hc_on, centres=centres)
     out.centres_2d = z
     out.params.update(k=k, n_neighbors=n_neighbors, min_dist=min_dist, metric=metric, n_components=n_components,
-                      umap_transform=umap_transform, n_init=n_init, seed=seed)
+                      umap_transform=umap_transform, n_init=n_init, seed=seed,
+                      umap_order=None if umap_order is None else [int(i) for i in umap_order])
     return out

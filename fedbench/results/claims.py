@@ -51,9 +51,13 @@ from fedbench.results.sequential import EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, 
 from fedbench.results.tables import CELL_COLUMNS, PERCENT_METRICS, load_metrics
 from fedbench.validation import load_yaml_strict
 
-METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi")
+METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi", "ari_planted")
 """What a claim may compare (columns of :func:`fedbench.results.tables.load_metrics`; ``global_accuracy``
-is the global model's at the round the experiment's protocol picks for it, :func:`protocol_global_accuracy`)."""
+is the global model's at the round the experiment's protocol picks for it, :func:`protocol_global_accuracy`).
+``ari``: the algorithm's recovered clusters as it reports them (FLT: Ward on Ã's rows with the C that HC
+chooses itself, or the entry's ``clusters``); ``ari_planted``: the same tree cut at the planted number of
+clusters (:meth:`fedbench.algorithms.base.Algorithm.planted_clusters`), so a claim can read structure
+recovery without HC's choice of C."""
 CELL_AXES = ("datasets", "partitions", "models")
 CONFIDENCE = 0.95
 DEFAULT_ALPHA = 0.025  # one look: the 95 % interval

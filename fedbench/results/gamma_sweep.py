@@ -30,7 +30,10 @@ GAMMAS = np.geomspace(0.01, 30.0, 31)
 DISTANCES = ("min", "matching")
 DISTANCE_LABELS = {"min": "min over pairs (paper)", "matching": "matching (code)"}
 #: an FLT entry's keys that make its signatures (centres_2d); entries equal in these share them
-SIGNATURE_KEYS = ("encoder", "finetune_epochs", "k", "umap_neighbors", "umap_min_dist")
+SIGNATURE_KEYS = ("encoder", "finetune_epochs", "k", "umap_neighbors", "umap_min_dist", "random_state", "umap_fit",
+                  "umap_order", "n_init")
+#: the signature settings of the authors' code's reading (the paper's: k = 5, the run's seed, UMAP's fitted embedding)
+CODE_SIGNATURE = {"k": "ground_truth", "random_state": "code", "umap_fit": "transform", "umap_order": "code"}
 
 
 def graph_sweep(centres_2d: np.ndarray, truth, gammas=GAMMAS, num_clusters: int | None = None) -> pd.DataFrame:
@@ -66,9 +69,12 @@ def flt_entry(entry: dict) -> dict:
 
 
 def signature_of(entry: dict) -> str:
-    """A label for the entries sharing signatures: the encoder, with J where it is fine-tuned."""
-    j = flt_entry(entry)["finetune_epochs"]
-    return f"{entry['encoder']}" + (f" (J={j})" if j else "")
+    """A label for the entries sharing signatures: the encoder, with J where it is fine-tuned, and
+    "code's signatures" where the entry computes them as the authors' code (:data:`CODE_SIGNATURE`)."""
+    full = flt_entry(entry)
+    j = full["finetune_epochs"]
+    notes = [f"J={j}"] * bool(j) + ["code's signatures"] * any(full[k] == v for k, v in CODE_SIGNATURE.items())
+    return f"{entry['encoder']}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def reading_of(entry: dict) -> str:

@@ -19,7 +19,8 @@ GROUP_COLUMNS = ["experiment", "protocol", "dataset", "partition", "model", "alg
 FINAL_METRICS = ["accuracy", "macro_f1", "loss", "variance", "round"]
 GLOBAL_METRICS = ["accuracy", "macro_f1", "loss"]
 PERCENT_METRICS = ["accuracy", "macro_f1", "global_accuracy"]
-CLUSTER_METRICS = ["ari", "nmi"]  # recovered client clusters vs the partition's ground truth
+CLUSTER_METRICS = ["ari", "nmi", "ari_planted"]  # recovered client clusters vs the partition's ground truth
+# (``ari_planted``: the clusters with their number set to the planted one, FLT's Ward tree cut at the true C)
 
 
 def load_metrics(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -124,7 +125,12 @@ def to_markdown(summary: pd.DataFrame) -> str:
                 ARI=[format_mean_std(m, s) for m, s in zip(clustered["ari_mean"], clustered["ari_std"])],
                 NMI=[format_mean_std(m, s) for m, s in zip(clustered["nmi_mean"], clustered["nmi_std"])],
             )[["dataset", "partition", "model", "algorithm", "ARI", "NMI"]]
-            parts += ["Recovered client clusters against the ground truth (adjusted Rand index, NMI):", ""]
+            explained = "adjusted Rand index, NMI"
+            if "ari_planted_mean" in clustered and clustered["ari_planted_mean"].notna().any():
+                scores["ARI (planted C)"] = [format_mean_std(m, s) for m, s in
+                                             zip(clustered["ari_planted_mean"], clustered["ari_planted_std"])]
+                explained += "; ARI (planted C): the clusters cut at the true number of clusters, FLT's Ward tree"
+            parts += [f"Recovered client clusters against the ground truth ({explained}):", ""]
             parts += [scores.to_markdown(index=False), ""]
     return "\n".join(parts)
 

@@ -4,7 +4,8 @@
     python -m fedbench.cost_report config/experiments/{femam,fedmr,pfedmt,flt}.yaml
     make cost CONFIG=config/experiments/femam.yaml
 
-Each file is one config (as ``snakemake --configfile F --replace-workflow-config`` runs it).  The
+Each file is one config (as ``snakemake --configfile F --replace-workflow-config`` runs it): its cells,
+its tuning trials and tuned runs, and the most seeds the claims' looks may add.  The
 estimates are :mod:`fedbench.cost`'s, the same that size every training job's ``runtime``
 (without its safety factor): a cell's shape from its partition's summary where the partition
 exists under the config's ``results`` root, else from the dataset's facts.  A figure marked ``*``
@@ -19,8 +20,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from fedbench.config import TRAINING_DEFAULTS, expand_cells, expand_partitions, partition_stem, resolve_cell
+from fedbench.config import TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
 from fedbench.cost import cell_cost, estimated_shape, summary_shape, throughputs
+from fedbench.results.claims import claim_algorithms, claim_cells, design_seeds, evaluated_claims
+from fedbench.tuning import trial_config, tune_block, tuned_experiments
 from fedbench.validation import load_yaml_strict
 
 DEVICES = ("cpu", "cuda")
@@ -35,18 +38,49 @@ def cell_shape(config: dict, cell, spec: dict):
     return estimated_shape(spec["dataset"], spec["partition"])
 
 
+def planned_jobs(config: dict):
+    """(row, cell, the config it runs under) of every training job the workflow may run: the cells; for a
+    tuned experiment its trials (``<experiment> (tuning)``) and its tuned runs at the config's seeds
+    (``<experiment> (tuned)``); and the seeds the claims' looks may add, at most (``claims: added seeds,
+    at most``: every claim undecided until the design's cap, at the paper's setting and tuned)."""
+    for cell in expand_cells(config):
+        yield cell.experiment, cell, config
+    for experiment in tuned_experiments(config):
+        block = tune_block(config, experiment)
+        blocks = sorted({(c.dataset, c.partition, c.model, c.algorithm) for c in expand_cells(config)
+                         if c.experiment == experiment})
+        for d, p, m, a in blocks:
+            for trial in range(block["trials"]):
+                trial_cfg = trial_config(config, experiment, a, trial)
+                for seed in block["seeds"]:
+                    yield f"{experiment} (tuning)", Cell(experiment, d, p, m, a, int(seed)), trial_cfg
+            for seed in config["seeds"]:
+                yield f"{experiment} (tuned)", Cell(experiment, d, p, m, a, int(seed)), config
+    extra = design_seeds(config)[len(config["seeds"]):]
+    added = set()
+    for name in evaluated_claims(config):
+        claim = config["claims"][name]
+        settings = ("paper", "tuned") if config["experiments"][claim["experiment"]].get("tune") else ("paper",)
+        for d, p, m in claim_cells(config, name):
+            added.update((s, Cell(claim["experiment"], d, p, m, a, seed)) for s in settings
+                         for a in claim_algorithms(claim) for seed in extra)
+    for _, cell in sorted(added):
+        yield "claims: added seeds, at most", cell, config
+
+
 def config_costs(config: dict) -> dict[str, dict]:
-    """Per experiment: ``jobs`` (training cells), per device ``hours`` and whether every figure was
-    ``calibrated``, ``estimated`` (some shape came from dataset facts) and ``failing`` (cells whose
-    model cannot be built for their data: not counted in the hours)."""
+    """Per row of :func:`planned_jobs` (an experiment, its tuning, its tuned runs, the claims' added
+    seeds): ``jobs`` (training cells), per device ``hours`` and whether every figure was ``calibrated``,
+    ``estimated`` (some shape came from dataset facts) and ``failing`` (cells whose model cannot be built
+    for their data: not counted in the hours)."""
     table = throughputs()
     out: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "hours": dict.fromkeys(DEVICES, 0.0), "failing": {},
                                                  "calibrated": dict.fromkeys(DEVICES, True), "estimated": False})
-    for cell in expand_cells(config):
-        spec = resolve_cell(config, cell)
+    for name, cell, cfg in planned_jobs(config):
+        spec = resolve_cell(cfg, cell)
         spec["training"] = {**TRAINING_DEFAULTS, **spec["training"]}
         shape = cell_shape(config, cell, spec)
-        row = out[cell.experiment]
+        row = out[name]
         row["jobs"] += 1
         row["estimated"] |= shape.estimated
         try:

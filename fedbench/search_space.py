@@ -6,7 +6,9 @@ every algorithm is also tuned in the learning rate (:data:`COMMON_SEARCH`).  A k
 * a list of values (a choice, e.g. IFCA's number of clusters),
 * :class:`LogRange` -- log-uniform between two absolute values (FedProx's mu), or
 * :class:`Relative` -- log-uniform factors of the value the config sets (the learning rate: 0.1x to 10x
-  the paper's, whatever the paper's is).
+  the paper's, whatever the paper's is), or
+* ``None`` -- a common knob the method does not read (pFedMT's steps are its own alpha, eta, beta, not
+  the learning rate).
 
 Trials are a Latin hypercube over the knobs (:func:`fedbench.tuning.trial_settings`);
 the value the config sets is always trial 0, so the paper's setting is always among the trials.

@@ -68,15 +68,19 @@ def _target(method: str, knob: str) -> str:
 
 def search_space(config: dict, experiment: str, algorithm: str) -> dict[str, tuple[str, object]]:
     """knob -> (``algorithm`` | ``training``, space) of one algorithm entry in one tuned experiment: the
-    learning rate, the method's registered knobs, and the block's ``knobs`` that the method has (these
-    over the registered ones), less the block's ``exclude`` for the entry."""
+    learning rate, the method's registered knobs (``None``: a common knob the method does not read), and
+    the block's ``knobs`` that the method has (these over the registered ones), less the block's
+    ``exclude`` for the entry and the training settings the method never reads (``ignored_training``)."""
     block = tune_block(config, experiment)
     method = config["algorithms"][algorithm]["method"]
     extra = {k: _as_space(v) for k, v in block["knobs"].items()
              if k in TUNABLE_TRAINING or k in ALGORITHMS.parameters(method)}  # the block's knobs, where the method has them
     spaces = {**COMMON_SEARCH, **(ALGORITHMS.extra(method, "search") or {}), **extra}
-    for knob in block["exclude"].get(algorithm, []):
+    entry = {k: v for k, v in config["algorithms"][algorithm].items() if k != "method"}
+    ignored = ALGORITHMS[method](**entry).ignored_training  # e.g. pFedMe's momentum: trials that varied it would be wasted
+    for knob in [*block["exclude"].get(algorithm, []), *ignored]:
         spaces.pop(knob, None)
+    spaces = {knob: space for knob, space in spaces.items() if space is not None}  # None: the method does not read it
     for knob, space in spaces.items():
         check_space(knob, space)
     return {knob: (_target(method, knob), space) for knob, space in sorted(spaces.items())}

@@ -48,7 +48,7 @@ def test_every_registered_knob_is_a_parameter_or_a_training_setting():
     for method in ALGORITHMS.names():
         for knob, space in (ALGORITHMS.extra(method, "search") or {}).items():
             assert knob in ALGORITHMS.parameters(method) or knob in TUNABLE_TRAINING, (method, knob)
-            assert isinstance(space, (list, LogRange, Relative)), (method, knob)
+            assert isinstance(space, (list, LogRange, Relative)) or (space is None and knob in COMMON_SEARCH), (method, knob)
 
 
 def test_every_method_gets_the_same_budget_and_trial_0_is_the_configured_setting():
@@ -78,6 +78,10 @@ def test_exclude_and_extra_knobs():
     assert set(search_space(config, "e", "ifca")) == {"lr", "momentum"}
     assert {t["training"]["momentum"] for t in trial_settings(config, "e", "fedavg")[1:]} <= {0.0, 0.9}
     assert set(COMMON_SEARCH) == {"lr"}
+    config["algorithms"]["pfedme"] = {"method": "pfedme"}
+    config["algorithms"]["pfedmt"] = {"method": "pfedmt"}
+    assert set(search_space(config, "e", "pfedme")) == {"lr", "lam", "personal_lr"}  # pFedMe never reads momentum
+    assert set(search_space(config, "e", "pfedmt")) == {"alpha", "eta", "lam"}  # nor pFedMT the learning rate
 
 
 def test_integer_knobs_are_rounded():

@@ -50,6 +50,7 @@ from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.clustering.fcr import code_client_order, cut_linkage, fcr, pca_signatures, relatedness
 from fedbench.algorithms.flt_encoders import embed_clients, load_encoder
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
+from fedbench.search_space import Relative
 
 CLUSTER_AVERAGES = ("all", "sampled")
 AGGREGATIONS = ("simultaneous", "in_place")
@@ -221,7 +222,8 @@ class FLT(Algorithm):
         "clusters": [">= 1", ("auto",)], "aggregation": ("simultaneous", "in_place"), "umap_neighbors": ">= 2",
         "umap_min_dist": ">= 0", "random_state": RANDOM_STATES, "umap_fit": UMAP_FITS, "umap_order": UMAP_ORDERS,
         "n_init": [">= 1", ("auto",)],
-    }, refers={"encoder": "encoders"})  # refers: parameter -> the config section whose entry it names
+    }, refers={"encoder": "encoders"},  # refers: parameter -> the config section whose entry it names
+    search={"gamma": Relative(0.5, 2)})
 def flt(
     *,
     encoder: str,
@@ -252,7 +254,7 @@ def flt(
 @ALGORITHMS.register("pca_km_hc", bounds={
         "k": ">= 1", "pca_components": ">= 1", "gamma": "> 0", "distance": ("min", "matching"), "clusters": [">= 1", ("auto",)],
         "aggregation": ("simultaneous", "in_place"),
-    })
+    }, search={"gamma": Relative(0.5, 2)})
 def pca_km_hc(
     *,
     k: int = 5,

@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, parameter_names, weighted_average
+from fedbench.search_space import Relative
 
 GLOBAL_STEPS = ("eq4", "algorithm1")
 WEIGHTINGS = ("samples", "uniform")
@@ -242,7 +243,7 @@ class PFedMT(Algorithm):
 @ALGORITHMS.register("pfedmt", bounds={
         "team_iterations": ">= 1", "local_iterations": ">= 1", "alpha": "> 0", "eta": "> 0", "lam": "> 0", "gamma": ">= 0",
         "beta": "> 0", "global_step": GLOBAL_STEPS, "weighting": WEIGHTINGS, "device_lam": "> 0",
-    })
+    }, search={"lr": None, "alpha": Relative(0.3, 3), "eta": Relative(0.3, 3), "lam": Relative(0.2, 5)})  # lr: not read
 def pfedmt(
     *,
     team_iterations: int = 30,

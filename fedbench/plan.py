@@ -2,24 +2,29 @@
 the config files without a repeated key, the JSON schema, the config's own entries
 (:func:`fedbench.config.check_entries`), then what needs the results layer: ``published`` links
 (to the experiment's grid and to rows of ``config/published_results.csv``), ``paper:`` names and
-the papers' ``claims``.  Every problem is one line naming the entry."""
+the papers' ``claims``; given the workplace, what the jobs would hit there (:mod:`fedbench.preflight`:
+where results go, whether the data is there, whether the run can end).  Every problem is one line
+naming the entry."""
 
 from __future__ import annotations
 
 from fedbench.config import ConfigError, check_entries
+from fedbench.preflight import PlanEstimate, Workplace, check_workplace
 from fedbench.results.claims import ClaimError, check_claims, check_design, design_seeds
 from fedbench.results.papers import PAPERS
 from fedbench.results.published import PUBLISHED_CSV, link_keys, links, load_published
 from fedbench.tuning import check_tuning
 from fedbench.validation import SCHEMA, check_finite, check_schema, load_yaml_strict
 
-__all__ = ["ConfigError", "check_config", "validate_config"]
+__all__ = ["ConfigError", "Workplace", "check_config", "validate_config"]
 
 
-def validate_config(config: dict, configfiles=(), schema=SCHEMA, published_csv=PUBLISHED_CSV) -> None:
+def validate_config(config: dict, configfiles=(), schema=SCHEMA, published_csv=PUBLISHED_CSV,
+                    workplace: Workplace | None = None) -> PlanEstimate | None:
     """Everything checked when the workflow starts, in order: the config files read without a
-    repeated key, the (merged) ``config`` against the JSON schema, then :func:`check_config`.
-    Raises a ``ValueError`` (:class:`~fedbench.validation.ConfigFileError` or
+    repeated key, the (merged) ``config`` against the JSON schema, :func:`check_config`, then, given
+    the ``workplace``, :func:`fedbench.preflight.check_workplace`, whose estimate of the plan it
+    returns.  Raises a ``ValueError`` (:class:`~fedbench.validation.ConfigFileError` or
     :class:`ConfigError`) whose message is one line naming the entry."""
     for path in dict.fromkeys(map(str, configfiles)):
         load_yaml_strict(path)
@@ -29,6 +34,7 @@ def validate_config(config: dict, configfiles=(), schema=SCHEMA, published_csv=P
         raise ConfigError(str(error)) from None
     check_schema(config, schema)
     check_config(config, published_csv)
+    return None if workplace is None else check_workplace(config, workplace)
 
 
 def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:

@@ -42,10 +42,11 @@ LAYERS = {
     "fedbench.pipeline": 5,
     # 6 tables, figures, scorecards and claims of finished runs (the gamma sweep reruns cells)
     "fedbench.results": 6,
-    # 7 workflow level: the full config validation, the stale-results CLI, the cost report
+    # 7 workflow level: the full config validation and what its jobs would hit, the stale-results CLI, the cost report
     "fedbench.plan": 7,
     "fedbench.stale": 7,
     "fedbench.cost_report": 7,
+    "fedbench.preflight": 7,
 }
 
 

@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 
 from fedbench.data import DATASETS, load_dataset
+from fedbench.data.sources import missing_files
 from fedbench.data.vision import (
+    CIFAR_FILES,
     FLT_CIFAR20_EXTRA_CLASSES,
     FLT_CIFAR100_SUBSET20_CLASSES,
+    IDX_NAMES,
 )
 
 # ----------------------------------------------------------------------------- writers of the real formats
@@ -319,3 +322,16 @@ def test_missing_dataset_names_dataset_directory_and_files(tmp_path, name, folde
     assert name in message and expected_file in message
     assert str((tmp_path / "nowhere" / folder).resolve()) in message
     assert "download" in message.lower() or "copy" in message.lower()
+    # planning finds it before any job, with the loader's own message (fedbench.preflight)
+    assert missing_files({"source": name}, tmp_path / "nowhere") == message
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_planning_spells_torchvisions_file_names():
+    """Planning checks the files without importing torchvision: the names it spells are torchvision's."""
+    import torchvision.datasets as tvd
+
+    for cls in (tvd.CIFAR10, tvd.CIFAR100):
+        assert CIFAR_FILES[cls.base_folder] == tuple(name for name, _ in cls.train_list + cls.test_list) + (cls.meta["filename"],)
+    assert [tvd.MNIST.__name__, tvd.FashionMNIST.__name__, tvd.EMNIST.__name__] == ["MNIST", "FashionMNIST", "EMNIST"]
+    assert list(IDX_NAMES) == MNIST_NAMES

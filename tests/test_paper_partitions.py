@@ -77,11 +77,23 @@ def test_flt_scenario1_built_from_idx_files_by_the_workflow(tmp_path):
     assert coloured_pixels(stem.with_suffix(".png")) > 1000  # the heatmap's cells are painted
 
 
-def test_missing_dataset_fails_the_job_with_what_to_put_where(tmp_path):
+def test_missing_dataset_stops_planning_and_with_check_data_false_fails_the_job(tmp_path):
+    """Planning names what to put where, in one line, and writes nothing; on a cluster whose compute
+    nodes see other disks (``check_data: false``) it plans, and the job fails with the same message."""
     configfile = write_config(tmp_path / "flt.yaml", flt_config(tmp_path / "empty"))
     target = "results/partitions/mnist_flt/flt_s1_small/seed0.npz"
-    process = snakemake(tmp_path, "--cores", "1", target, configfile=configfile, check=False)
+    before = sorted(p for p in tmp_path.rglob("*") if ".snakemake" not in p.parts)
+    process = snakemake(tmp_path, "-n", target, configfile=configfile, check=False)
+    assert process.returncode != 0
+    refused = [line for line in process.stdout.splitlines() if "Invalid fedbench config" in line]
+    assert len(refused) == 1 and refused[0].startswith("Invalid fedbench config: datasets.mnist_flt: dataset 'mnist' not found"), \
+        process.stdout[-3000:]
+    message = refused[0].removeprefix("Invalid fedbench config: datasets.mnist_flt: ").split("; where the compute")[0]
+    assert str(tmp_path / "empty" / "MNIST" / "raw") in message and "train-images-idx3-ubyte" in message
+    assert sorted(p for p in tmp_path.rglob("*") if ".snakemake" not in p.parts) == before
+
+    process = snakemake(tmp_path, "--cores", "1", target, "--config", "check_data=False", configfile=configfile, check=False)
     assert process.returncode != 0
     log = (tmp_path / "results" / "logs" / "partitions" / "mnist_flt" / "flt_s1_small" / "seed0.log").read_text()
-    assert "MNIST" in log and str(tmp_path / "empty") in log and "train-images-idx3-ubyte" in log
+    assert message in log
     assert not (tmp_path / target).exists()

@@ -322,6 +322,10 @@ def test_one_cell_builds_only_that_cell_and_its_partition(tmp_path):
     target = "results/runs/tiny/digits/dir0.5/mlr/fedavg/seed0/metrics.json"
     process = snakemake(tmp_path, "-n", target, configfile=TINY_CONFIG)
     assert planned_jobs(process.stdout) == {"partition": 1, "train_cell": 1}
+    # the cost model's estimate of the config's whole plan (not only the target's), one line
+    estimate = [line for line in process.stdout.splitlines() if line.startswith("fedbench plan: ")]
+    assert len(estimate) == 1 and "fedbench plan: 4 training jobs, ≈ " in estimate[0], process.stdout[-3000:]
+    assert "CPU-hours (one CPU per job); the largest cell, " in estimate[0]
 
 
 def test_unknown_algorithm_stops_before_any_job(tmp_path):

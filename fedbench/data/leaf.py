@@ -60,9 +60,23 @@ def _kept_writers(train: dict, test: dict, min_samples: int, max_users: int | No
     return writers if max_users is None else writers[:max_users]
 
 
+def _femnist_splits(root: Path, shards: Sequence[int] | None) -> list[list[Path]]:
+    """The train and the test JSON files; :class:`FileNotFoundError` naming both patterns if either has none."""
+    base = Path(root) / "leaf" / "femnist" / "data"
+    splits = [_leaf_files(base / name, shards) for name in ("train", "test")]
+    if not splits[0] or not splits[1]:
+        pattern = "*.json" if shards is None else ", ".join(f"all_data_{k}_*.json" for k in shards)
+        raise FileNotFoundError(
+            f"dataset 'femnist' not found: expected in {base.resolve()}: train/{pattern} and test/{pattern} "
+            f"(LEAF JSON). {_LEAF_HOW}"
+        )
+    return splits
+
+
 @DATASETS.register(
     "femnist", bounds={"min_samples": ">= 0", "max_users": ">= 1", "shards": ">= 0"},
     facts=lambda p: DatasetFacts(62, None, has_users=True, num_users=p["max_users"], input_shape=(1, 28, 28)),
+    files=lambda root, p: _femnist_splits(root, p["shards"]),
 )
 def load_femnist(root: Path = Path("data"), *, min_samples: int = 0, max_users: int | None = None,
                  shards: list[int] | None = None, invert: bool = False, normalize="none") -> ArrayDataset:
@@ -77,15 +91,7 @@ def load_femnist(root: Path = Path("data"), *, min_samples: int = 0, max_users: 
       notes §4.2, IFCA README).
     * ``invert``: x -> 1 - x (MNIST polarity); ``normalize``: ``none``/``half``/... as in :mod:`vision`.
     """
-    base = Path(root) / "leaf" / "femnist" / "data"
-    splits = [_leaf_files(base / name, shards) for name in ("train", "test")]
-    if not splits[0] or not splits[1]:
-        pattern = "*.json" if shards is None else ", ".join(f"all_data_{k}_*.json" for k in shards)
-        raise FileNotFoundError(
-            f"dataset 'femnist' not found: expected in {base.resolve()}: train/{pattern} and test/{pattern} "
-            f"(LEAF JSON). {_LEAF_HOW}"
-        )
-    train, test = (_read_split(files) for files in splits)
+    train, test = (_read_split(files) for files in _femnist_splits(root, shards))
     writers = _kept_writers(train, test, min_samples, max_users)
     xs, ys, users, is_test = [], [], [], []
     for flag, split in ((False, train), (True, test)):

@@ -6,6 +6,10 @@ A source is called as ``DATASETS[name](root, **params)`` with the data root dire
 with ``test_mask`` marking the test samples.  Sources with a natural notion of users
 (Synthetic, LEAF writers) also return the user of every sample, which the ``natural``
 partitioner uses.
+
+A source that reads files registers how to check them (``DATASETS.register(name, files=check)``,
+``check(root, params)`` raising :class:`FileNotFoundError` with the message its loader raises), so
+planning finds a missing dataset before any job (:func:`missing_files`).
 """
 
 from __future__ import annotations
@@ -169,6 +173,20 @@ def select_classes(dataset: ArrayDataset, classes: list[int]) -> ArrayDataset:
         users=None if dataset.users is None else dataset.users[keep],
         test_mask=None if dataset.test_mask is None else dataset.test_mask[keep],
     )
+
+
+def missing_files(spec: dict, root: str | Path = "data") -> str | None:
+    """Why a dataset entry's files are not under ``root`` (its loader's own message), or ``None``:
+    they are there, the job downloads them (``download: true``), or the source reads no file."""
+    params = DATASETS.with_defaults(spec["source"], {k: v for k, v in spec.items() if k not in COMMON_KEYS})
+    check = DATASETS.extra(spec["source"], "files")
+    if check is None or params.get("download"):
+        return None
+    try:
+        check(Path(root), params)
+    except FileNotFoundError as error:
+        return str(error)
+    return None
 
 
 def load_dataset(spec: dict, root: str | Path = "data") -> ArrayDataset:

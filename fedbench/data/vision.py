@@ -10,6 +10,9 @@ Files are read from the data root (config ``data_root``) in the layout torchvisi
 downloads to (``<root>/MNIST/raw/...``, ``<root>/cifar-10-batches-py/...``, ...).  With
 ``download: true`` torchvision fetches them (needs network); otherwise missing files raise
 :class:`FileNotFoundError` naming the dataset, the directory and the files expected there.
+Every source registers that check as its ``files`` (``files(root, params)``, the names spelt
+here so that planning checks them without importing torchvision); the loader runs the same
+check, so planning and a job print the same message.
 Fashion-MNIST alone has a second, offline home: when the data root lacks it, the four
 gzip-compressed IDX files that Debian's package ``dataset-fashion-mnist`` installs in
 :data:`DEBIAN_FASHION_MNIST` are read instead.
@@ -82,10 +85,12 @@ _HOW_TO_GET = (
 # ----------------------------------------------------------------------------- helpers
 
 
-def require_files(dataset: str, directory: Path, expected: Sequence[str], how: str = _HOW_TO_GET) -> None:
-    """Raise :class:`FileNotFoundError` unless every ``expected`` path (relative to ``directory``) exists."""
+def require_files(dataset: str, directory: Path, expected: Sequence[str], how: str = _HOW_TO_GET,
+                  exists=lambda path: path.exists()) -> None:
+    """Raise :class:`FileNotFoundError` unless every ``expected`` path (relative to ``directory``) exists
+    (``exists``: the test of one path)."""
     directory = Path(directory).resolve()
-    missing = [name for name in expected if not (directory / name).exists()]
+    missing = [name for name in expected if not exists(directory / name)]
     if missing:
         raise FileNotFoundError(
             f"dataset {dataset!r} not found: expected in {directory}: {', '.join(expected)} "
@@ -144,34 +149,48 @@ def _pool(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarr
 # ----------------------------------------------------------------------------- MNIST family (IDX files)
 
 
-def _prepare_idx(dataset: str, raw: Path, names: Sequence[str], how: str | None = None) -> None:
-    """torchvision reads the *uncompressed* IDX files in ``raw``; decompress any that exist only as ``.gz``
-    (what torchvision's own download does), then require them all.  Each file is decompressed into
-    a scratch directory beside it and moved into place at once, so a job that starts while another
-    decompresses (two partitions of one dataset, say) never reads a half-written file."""
+_IDX_HOW = _HOW_TO_GET + " IDX files may also be left gzip-compressed (NAME.gz)."
+IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def require_idx(dataset: str, raw: Path, names: Sequence[str], how: str = _IDX_HOW) -> None:
+    """Raise :class:`FileNotFoundError` unless every IDX file ``name`` is in ``raw``, plain or as ``name.gz``."""
+    require_files(dataset, raw, names, how, exists=lambda path: path.exists() or path.with_name(f"{path.name}.gz").exists())
+
+
+def _prepare_idx(dataset: str, raw: Path, names: Sequence[str], how: str = _IDX_HOW) -> None:
+    """torchvision reads the *uncompressed* IDX files in ``raw``: require them all (plain or ``.gz``),
+    then decompress any that exist only as ``.gz`` (what torchvision's own download does).  Each file
+    is decompressed into a scratch directory beside it and moved into place at once, so a job that
+    starts while another decompresses (two partitions of one dataset, say) never reads a half-written file."""
+    require_idx(dataset, raw, names, how)
     for name in names:
         if not (raw / name).exists() and (raw / f"{name}.gz").exists():
             with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=raw) as scratch:
                 tvd.utils.extract_archive(str(raw / f"{name}.gz"), scratch)
                 os.replace(Path(scratch) / name, raw / name)
-    require_files(dataset, raw, names, how or _HOW_TO_GET + " IDX files may also be left gzip-compressed (NAME.gz).")
+
+
+def _raw(root: Path, cls_name: str) -> Path:
+    """Where torchvision's MNIST-family class ``cls_name`` reads its IDX files: ``<root>/<cls_name>/raw``."""
+    return Path(root) / cls_name / "raw"
 
 
 def _read_idx_pair(cls, dataset: str, root: Path, names: Sequence[str], download: bool, **kwargs):
     """Train and test ``cls`` datasets (MNIST/FashionMNIST/EMNIST) from ``<root>/<cls name>/raw``."""
     if not download:
-        _prepare_idx(dataset, Path(root) / cls.__name__ / "raw", names)
+        _prepare_idx(dataset, _raw(root, cls.__name__), names)
     return [cls(str(root), train=train, download=download, **kwargs) for train in (True, False)]
 
 
 def _mnist_like(cls, dataset: str, root: Path, download: bool, normalize) -> ArrayDataset:
-    names = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-    train, test = _read_idx_pair(cls, dataset, root, names, download)
+    train, test = _read_idx_pair(cls, dataset, root, IDX_NAMES, download)
     train_part, test_part = (train.data[:, None], train.targets), (test.data[:, None], test.targets)
     return _pool(train_part, test_part, len(train.classes), normalize)
 
 
-@DATASETS.register("mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28)))
+@DATASETS.register("mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28)),
+                   files=lambda root, p: require_idx("mnist", _raw(root, "MNIST"), IDX_NAMES))
 def load_mnist(root: Path = Path("data"), *, normalize="half", download: bool = False) -> ArrayDataset:
     """MNIST, 70,000 28x28 digits (60k train + 10k test), 10 classes, from ``<root>/MNIST/raw``.
 
@@ -183,7 +202,6 @@ def load_mnist(root: Path = Path("data"), *, normalize="half", download: bool = 
 # Debian's package ``dataset-fashion-mnist`` (``apt-get install dataset-fashion-mnist``, 30 MB) installs the
 # real Fashion-MNIST here: {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz, the files of the official release.
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
 def _has_idx(directory: Path, names: Sequence[str]) -> bool:
@@ -207,7 +225,24 @@ def _read_gzipped_idx(directory: Path, names: Sequence[str]) -> list[torch.Tenso
     return out
 
 
-@DATASETS.register("fashion_mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28)))
+def _fashion_mnist_system_copy(root: Path, system_copy: bool) -> bool:
+    """Whether Fashion-MNIST is read from Debian's copy: allowed, absent from the data root, present there."""
+    return system_copy and not _has_idx(_raw(root, "FashionMNIST"), IDX_NAMES) and _has_idx(DEBIAN_FASHION_MNIST, IDX_NAMES)
+
+
+def _fashion_mnist_how(system_copy: bool) -> str:
+    return (f"{_IDX_HOW} Offline: `apt-get install dataset-fashion-mnist` (Debian's package) puts them in "
+            f"{DEBIAN_FASHION_MNIST}" + ("" if system_copy else " (not read: `system_copy: false`)") + ".")
+
+
+def _require_fashion_mnist(root: Path, params: dict) -> None:
+    """Fashion-MNIST's IDX files in the data root, or Debian's copy where ``system_copy`` allows it."""
+    if not _fashion_mnist_system_copy(root, params["system_copy"]):
+        require_idx("fashion_mnist", _raw(root, "FashionMNIST"), IDX_NAMES, _fashion_mnist_how(params["system_copy"]))
+
+
+@DATASETS.register("fashion_mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28)),
+                   files=_require_fashion_mnist)
 def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download: bool = False,
                        system_copy: bool = True) -> ArrayDataset:
     """Fashion-MNIST, 70,000 28x28 images (60k + 10k), 10 classes, from ``<root>/FashionMNIST/raw``, or,
@@ -215,16 +250,11 @@ def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download:
     (:data:`DEBIAN_FASHION_MNIST`, the same four IDX files gzip-compressed).
 
     Default ``normalize: none``: FLT pretrains its Enc2 autoencoder on it with ToTensor only (notes §4.2-4.3)."""
-    raw = Path(root) / tvd.FashionMNIST.__name__ / "raw"
-    system = DEBIAN_FASHION_MNIST
-    if not download and system_copy and not _has_idx(raw, IDX_NAMES) and _has_idx(system, IDX_NAMES):
-        x_train, y_train, x_test, y_test = _read_gzipped_idx(system, IDX_NAMES)
+    if not download and _fashion_mnist_system_copy(root, system_copy):
+        x_train, y_train, x_test, y_test = _read_gzipped_idx(DEBIAN_FASHION_MNIST, IDX_NAMES)
         return _pool((x_train[:, None], y_train), (x_test[:, None], y_test), len(tvd.FashionMNIST.classes), normalize)
-    how = (f"{_HOW_TO_GET} IDX files may also be left gzip-compressed (NAME.gz). Offline: "
-           f"`apt-get install dataset-fashion-mnist` (Debian's package) puts them in {system}"
-           + ("" if system_copy else " (not read: `system_copy: false`)") + ".")
     if not download:
-        _prepare_idx("fashion_mnist", raw, IDX_NAMES, how)
+        _prepare_idx("fashion_mnist", _raw(root, "FashionMNIST"), IDX_NAMES, _fashion_mnist_how(system_copy))
     return _mnist_like(tvd.FashionMNIST, "fashion_mnist", root, download, normalize)
 
 
@@ -233,7 +263,13 @@ EMNIST_FACTS = {"balanced": (47, 131600), "byclass": (62, 814255), "bymerge": (4
                 "digits": (10, 280000), "letters": (27, 145600), "mnist": (10, 70000)}
 
 
-@DATASETS.register("emnist", facts=lambda p: DatasetFacts(*EMNIST_FACTS.get(p["split"], (1, None)), input_shape=(1, 28, 28)))
+def _emnist_names(split: str) -> list[str]:
+    """EMNIST's four IDX files of ``split``."""
+    return [f"emnist-{split}-{part}-{kind}" for part in ("train", "test") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
+
+
+@DATASETS.register("emnist", facts=lambda p: DatasetFacts(*EMNIST_FACTS.get(p["split"], (1, None)), input_shape=(1, 28, 28)),
+                   files=lambda root, p: require_idx("emnist", _raw(root, "EMNIST"), _emnist_names(p["split"])))
 def load_emnist(root: Path = Path("data"), *, split: str = "balanced", transpose: bool = True,
                 normalize="none", download: bool = False) -> ArrayDataset:
     """EMNIST ``split`` (balanced: 112,800 + 18,800 images, 47 classes; byclass 62; bymerge 47; letters 27
@@ -244,9 +280,7 @@ def load_emnist(root: Path = Path("data"), *, split: str = "balanced", transpose
     the Enc1 encoder).  Default ``normalize: none`` (FLT: ToTensor only)."""
     if split not in tvd.EMNIST.splits:
         raise ValueError(f"emnist: unknown split {split!r}; valid: {', '.join(tvd.EMNIST.splits)}")
-    names = [f"emnist-{split}-{part}-{kind}" for part in ("train", "test")
-             for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
-    train, test = _read_idx_pair(tvd.EMNIST, "emnist", root, names, download, split=split)
+    train, test = _read_idx_pair(tvd.EMNIST, "emnist", root, _emnist_names(split), download, split=split)
     images = [ds.data.transpose(1, 2) if transpose else ds.data for ds in (train, test)]
     return _pool((images[0][:, None], train.targets), (images[1][:, None], test.targets), len(train.classes), normalize)
 
@@ -267,11 +301,35 @@ def _without_md5(cls):
     })
 
 
+CIFAR10, CIFAR100 = "cifar-10-batches-py", "cifar-100-python"  # torchvision's folders (``base_folder``)
+# folder -> its pickles (train, test, meta): what torchvision's CIFAR10 / CIFAR100 read
+CIFAR_FILES = {
+    CIFAR10: ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch", "batches.meta"),
+    CIFAR100: ("train", "test", "meta"),
+}
+
+
+def require_cifar(dataset: str, root: Path, folder: str) -> None:
+    """Raise :class:`FileNotFoundError` unless every pickle of the CIFAR ``folder`` is in the data root."""
+    require_files(dataset, Path(root) / folder, CIFAR_FILES[folder])
+
+
+def _require_cifar_parts(root: Path, parts: Sequence[tuple[str, str]]) -> None:
+    """Every (dataset, folder) part present; otherwise one :class:`FileNotFoundError` naming each missing part."""
+    problems = []
+    for dataset, folder in parts:
+        try:
+            require_cifar(dataset, root, folder)
+        except FileNotFoundError as error:
+            problems.append(str(error))
+    if problems:
+        raise FileNotFoundError("; ".join(problems))
+
+
 def _read_cifar(cls, dataset: str, root: Path, download: bool, check_md5: bool):
     """Train and test ``cls`` datasets (CIFAR10/CIFAR100) from ``<root>/<cls.base_folder>``."""
     if not download:
-        files = [name for name, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-        require_files(dataset, Path(root) / cls.base_folder, files)
+        require_cifar(dataset, root, cls.base_folder)
     reader = cls if check_md5 else _without_md5(cls)
     return [reader(str(root), train=train, download=download) for train in (True, False)]
 
@@ -286,7 +344,8 @@ def _pickle_labels(path: Path, key: str) -> np.ndarray:
         return np.asarray(pickle.load(handle, encoding="latin1")[key], dtype=np.int64)
 
 
-@DATASETS.register("cifar10", facts=lambda p: DatasetFacts(10, 60000, input_shape=(3, 32, 32)))
+@DATASETS.register("cifar10", facts=lambda p: DatasetFacts(10, 60000, input_shape=(3, 32, 32)),
+                   files=lambda root, p: require_cifar("cifar10", root, CIFAR10))
 def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool = False,
                  check_md5: bool = True) -> ArrayDataset:
     """CIFAR-10, 60,000 32x32 RGB images (50k + 10k), 10 classes, from ``<root>/cifar-10-batches-py``.
@@ -297,7 +356,8 @@ def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool 
     return _pool((_nchw(train), train.targets), (_nchw(test), test.targets), 10, normalize)
 
 
-@DATASETS.register("cifar100", bounds={"labels": ("fine", "coarse")}, facts=lambda p: DatasetFacts(100 if p["labels"] == "fine" else 20, 60000, input_shape=(3, 32, 32)))
+@DATASETS.register("cifar100", bounds={"labels": ("fine", "coarse")}, facts=lambda p: DatasetFacts(100 if p["labels"] == "fine" else 20, 60000, input_shape=(3, 32, 32)),
+                   files=lambda root, p: require_cifar("cifar100", root, CIFAR100))
 def load_cifar100(root: Path = Path("data"), *, labels: str = "fine", normalize="cifar100", download: bool = False,
                   check_md5: bool = True) -> ArrayDataset:
     """CIFAR-100, 60,000 32x32 RGB images (50k + 10k), from ``<root>/cifar-100-python``.
@@ -324,14 +384,21 @@ def _select_classes(dataset, classes: Sequence[int], first_label: int) -> tuple[
     return np.ascontiguousarray(dataset.data[keep].transpose(0, 3, 1, 2)), relabel[targets[keep]]
 
 
-@DATASETS.register("cifar20_flt", facts=lambda p: DatasetFacts(20, 66000, input_shape=(3, 32, 32)))
+CIFAR20_FLT_PARTS = (("cifar20_flt (CIFAR-100 part)", CIFAR100), ("cifar20_flt (CIFAR-10 part)", CIFAR10))
+
+
+@DATASETS.register("cifar20_flt", facts=lambda p: DatasetFacts(20, 66000, input_shape=(3, 32, 32)),
+                   files=lambda root, p: _require_cifar_parts(root, CIFAR20_FLT_PARTS))
 def load_cifar20_flt(root: Path = Path("data"), *, normalize="half", download: bool = False,
                      check_md5: bool = True) -> ArrayDataset:
     """FLT's "CIFAR20" (code: "CIFAR110"), the Enc1 encoder set for CIFAR-10: the ten CIFAR-100 classes of
     :data:`FLT_CIFAR20_EXTRA_CLASSES` (labels 10..19) followed by all of CIFAR-10 (labels 0..9), in the
     original ConcatDataset order; 55,000 train + 11,000 test images.  Normalize(0.5, 0.5) as FLT."""
-    c100 = _read_cifar(tvd.CIFAR100, "cifar20_flt (CIFAR-100 part)", root, download, check_md5)
-    c10 = _read_cifar(tvd.CIFAR10, "cifar20_flt (CIFAR-10 part)", root, download, check_md5)
+    if not download:
+        _require_cifar_parts(root, CIFAR20_FLT_PARTS)
+    (part100, _), (part10, _) = CIFAR20_FLT_PARTS
+    c100 = _read_cifar(tvd.CIFAR100, part100, root, download, check_md5)
+    c10 = _read_cifar(tvd.CIFAR10, part10, root, download, check_md5)
     parts = []
     for extra, base in zip(c100, c10):
         x100, y100 = _select_classes(extra, FLT_CIFAR20_EXTRA_CLASSES, first_label=10)
@@ -339,7 +406,8 @@ def load_cifar20_flt(root: Path = Path("data"), *, normalize="half", download: b
     return _pool(parts[0], parts[1], 20, normalize)
 
 
-@DATASETS.register("cifar100_subset20", facts=lambda p: DatasetFacts(20, 12000, input_shape=(3, 32, 32)))
+@DATASETS.register("cifar100_subset20", facts=lambda p: DatasetFacts(20, 12000, input_shape=(3, 32, 32)),
+                   files=lambda root, p: require_cifar("cifar100_subset20", root, CIFAR100))
 def load_cifar100_subset20(root: Path = Path("data"), *, normalize="half", download: bool = False,
                            check_md5: bool = True) -> ArrayDataset:
     """FLT's 20-class CIFAR-100 subset (code: "CIFAR100"), the Enc2 encoder set for CIFAR-10: the classes of
@@ -357,9 +425,19 @@ _TINY_HOW = ("Download http://cs231n.stanford.edu/tiny-imagenet-200.zip on a mac
              "it into the data root (config key `data_root`); torchvision has no downloader for it.")
 
 
+TINY_IMAGENET_FOLDER = "tiny-imagenet-200"
+
+
+def _require_tiny_imagenet(root: Path, params: dict | None = None) -> None:
+    """The class list, the train folder and the validation images and labels in ``<root>/tiny-imagenet-200``
+    (every class's images are counted when the dataset is read)."""
+    require_files("tiny_imagenet", Path(root) / TINY_IMAGENET_FOLDER,
+                  ["wnids.txt", "train", "val/images", "val/val_annotations.txt"], _TINY_HOW)
+
+
 def _tiny_imagenet_files(base: Path) -> tuple[list[str], list[tuple[Path, int]], list[tuple[Path, int]]]:
     """(wnids, train (path, label), val (path, label)) with labels = position in ``sorted(wnids.txt)``."""
-    require_files("tiny_imagenet", base, ["wnids.txt", "train", "val/images", "val/val_annotations.txt"], _TINY_HOW)
+    _require_tiny_imagenet(base.parent)
     wnids = sorted((base / "wnids.txt").read_text().split())
     label = {wnid: i for i, wnid in enumerate(wnids)}
     train = []
@@ -392,7 +470,8 @@ def _decode_rgb(paths: Sequence[Path], desc: str) -> np.ndarray:
     return out if out is not None else np.zeros((0, 3, 64, 64), dtype=np.uint8)
 
 
-@DATASETS.register("tiny_imagenet", facts=lambda p: DatasetFacts(200, 110000, input_shape=(3, 64, 64)))
+@DATASETS.register("tiny_imagenet", facts=lambda p: DatasetFacts(200, 110000, input_shape=(3, 64, 64)),
+                   files=_require_tiny_imagenet)
 def load_tiny_imagenet(root: Path = Path("data"), *, normalize="tiny_imagenet") -> ArrayDataset:
     """Tiny ImageNet, 200 classes of 64x64 RGB images: 100,000 train (``train/<wnid>/images/*.JPEG``) + the
     10,000 official validation images used as the test set (``val/images``, labels in
@@ -401,7 +480,7 @@ def load_tiny_imagenet(root: Path = Path("data"), *, normalize="tiny_imagenet") 
     Class ids follow ``sorted(wnids.txt)``.  FeMAM numbers the classes by iterating a Python ``set`` of
     wnids, whose order changes with the hash seed, so its ids are not reproducible; sorted order is.
     Default ``normalize: tiny_imagenet`` (FeMAM's mean/std).  The float32 result is about 5.4 GB."""
-    base = Path(root) / "tiny-imagenet-200"
+    base = Path(root) / TINY_IMAGENET_FOLDER
     wnids, train, val = _tiny_imagenet_files(base)
     x_train = _decode_rgb([path for path, _ in train], "tiny_imagenet train")
     x_val = _decode_rgb([path for path, _ in val], "tiny_imagenet val")

@@ -7,32 +7,52 @@ import glob
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from fedbench.config import RUN_ONLY_SETTINGS, Cell, expand_cells, expand_partitions, resolve_cell
-from fedbench.cost import cell_cost, device_kind, estimated_shape, runtime_minutes, summary_shape
+from fedbench.cost import cell_cost, estimated_shape, runtime_minutes, summary_shape
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
 from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
 from fedbench.results.claims import claim_algorithms, claim_cells, claims_design, design_seeds, evaluated_claims
 from fedbench.tuning import trial_config, tune_block, tuned_experiments
-from fedbench.plan import validate_config
+from fedbench.plan import Workplace, validate_config
+from fedbench.preflight import plan_device
 from fedbench.validation import ConfigFileError
+
+
+def train_gpus():
+    """GPUs a training job requests (``--set-resources train_cell:gpu=1``, the SLURM profile's ``gpu: 1``)."""
+    train_resources = workflow.resource_settings.overwrite_resources.get("train_cell", {})
+    try:
+        return int(train_resources.get("gpu", 0) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def workplace():
+    """Where this plan runs (fedbench.preflight); ``None`` inside a job, which the plan already checked."""
+    return Workplace(Path(workflow.basedir), Path.cwd(), train_gpus()) if workflow.is_main_process else None
+
 
 # ---- validation ---------------------------------------------------------------------
 # A bad config stops here, before any job, with one line naming the entry, the problem and the
 # valid choices: repeated keys, then structure and types (schema), then names, parameter values,
-# grids and published links.  A schema violation's full report goes to CONFIG_ERROR_LOG.
+# grids and published links, then what the jobs would hit (where results go, whether the data is
+# there, whether the run can end).  A schema violation's full report goes to CONFIG_ERROR_LOG.
+# The plan's estimate goes to stderr, one line.
 CONFIG_ERROR_LOG = Path(".snakemake/log/fedbench_config_error.log")
 try:
-    validate_config(
+    PLAN_ESTIMATE = validate_config(
         config,
         workflow.configfiles,
         schema=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
         published_csv=Path(workflow.basedir) / "config/published_results.csv",
+        workplace=workplace(),
     )
 except ConfigFileError as error:
     CONFIG_ERROR_LOG.parent.mkdir(parents=True, exist_ok=True)
@@ -41,6 +61,8 @@ except ConfigFileError as error:
 except ValueError as error:
     raise WorkflowError(f"Invalid fedbench config: {error}")
 validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defaults (path: relative to this file)
+if PLAN_ESTIMATE is not None:
+    print(PLAN_ESTIMATE.line(), file=sys.stderr)
 
 
 # ---- constants (of the validated config) --------------------------------------------
@@ -262,14 +284,7 @@ def trial_cell_settings(wildcards):
 def estimate_device():
     """``cpu`` or ``cuda``: the config's ``device``; for ``auto``, cuda where training jobs request a
     GPU (the SLURM profile's ``gpu: 1``) or this machine has one."""
-    if config["device"] != "auto":
-        return device_kind(config["device"])
-    train_resources = workflow.resource_settings.overwrite_resources.get("train_cell", {})
-    try:
-        gpus = int(train_resources.get("gpu", 0) or 0)
-    except (TypeError, ValueError):
-        gpus = 0
-    return "cuda" if gpus > 0 else device_kind("auto")
+    return plan_device(config["device"], train_gpus())
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,16 +15,18 @@ import json
 import sys
 from pathlib import Path
 
-from fedbench.config import expand_cells, expand_partitions, partition_stem, resolve_cell
+from fedbench.config import Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
 from fedbench.provenance import (
     CELL_SCRIPTS, ENCODER_SCRIPTS, PARTITION_SCRIPTS, cell_roots, changed_files, encoder_roots, partition_roots,
 )
+from fedbench.results.claims import design_seeds
+from fedbench.tuning import tune_block, tuned_experiments
 from fedbench.validation import load_yaml_strict
 
 
 def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str, list[str] | None]]:
-    """``(file, changed code files or None if unrecorded)`` of every finished partition and cell
-    of ``config`` whose code has changed since it was produced (cells of ``algorithm`` only,
+    """``(file, changed code files or None if unrecorded)`` of every finished partition, cell, tuning
+    trial and tuned run of ``config`` whose code has changed since it was produced (cells of ``algorithm`` only,
     where given; its partitions are then left out)."""
     results = config.get("results", "results")
     out = []
@@ -49,16 +51,32 @@ def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str,
             changed = changed_files(recorded, roots, PARTITION_SCRIPTS)
             if changed is None or changed:
                 out.append((f"{stem}.npz", changed))
-    for cell in expand_cells(config):
+    for cell, metrics in [(c, Path(c.run_dir(results)) / "metrics.json") for c in expand_cells(config)] + tuning_runs(config):
         if algorithm is not None and cell.algorithm != algorithm:
             continue
-        metrics = Path(cell.run_dir(results)) / "metrics.json"
         if not metrics.exists():
             continue
         recorded = json.loads(metrics.read_text()).get("provenance")
         changed = changed_files(recorded, cell_roots(resolve_cell(config, cell)), CELL_SCRIPTS)
         if changed is None or changed:
             out.append((str(metrics), changed))
+    return out
+
+
+def tuning_runs(config: dict) -> list[tuple[Cell, Path]]:
+    """(cell, metrics.json) of every tuning trial and tuned run the config's tuned experiments may have
+    written: trials on the tuning seeds, tuned runs on the design's seeds (the pilot and those the claims add)."""
+    results = Path(config.get("results", "results"))
+    out = []
+    for experiment in tuned_experiments(config):
+        block = tune_block(config, experiment)
+        for d, p, m, a in sorted({(c.dataset, c.partition, c.model, c.algorithm) for c in expand_cells(config)
+                                  if c.experiment == experiment}):
+            out += [(Cell(experiment, d, p, m, a, seed), results / "tuning" / "trials" / experiment / d / p / m / a
+                     / f"trial{trial}" / f"seed{seed}" / "metrics.json")
+                    for trial in range(block["trials"]) for seed in block["seeds"]]
+            out += [(Cell(experiment, d, p, m, a, seed), results / "tuned" / "runs" / experiment / d / p / m / a
+                     / f"seed{seed}" / "metrics.json") for seed in design_seeds(config)]
     return out
 
 

@@ -1,0 +1,61 @@
+"""Tuning and the claims' looks through the workflow (workflow/rules/tune.smk, claims.smk): what a plan
+schedules, and (slow) a whole tuned run whose claims are read at the paper's setting and tuned."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from test_workflow import TINY_CONFIG, planned_jobs, snakemake, write_config
+
+
+def tuned_config(path, looks=(2, 3)) -> dict:
+    """The tiny suite on one partition with 2 pilot seeds, 3 trials per method on seed 50, one claim."""
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["seeds"] = [0, 1]
+    config["claims_design"] = {"looks": list(looks), "alpha": 0.05}
+    experiment = config["experiments"]["tiny"]
+    experiment["grid"][0]["partitions"] = ["dir0.5"]
+    experiment["tune"] = {"trials": 3, "seeds": [50]}
+    config["claims"] = {"fedavg_beats_local": {"source": "hand-made", "experiment": "tiny", "better": "fedavg",
+                                               "than": "local"}}
+    write_config(path, config)
+    return config
+
+
+def test_a_tuned_plan_schedules_trials_choices_tuned_runs_and_the_first_looks(tmp_path):
+    """Per method 3 trials x 1 tuning seed, one choice, the tuned runs on the 2 pilot seeds; the claims'
+    first look at each setting (a checkpoint: later looks are planned once it has run)."""
+    configfile = tmp_path / "tuned.yaml"
+    tuned_config(configfile)
+    jobs = planned_jobs(snakemake(tmp_path, "-n", configfile=configfile).stdout)
+    assert {k: jobs.get(k) for k in ("train_cell", "tune_trial", "tune_select", "train_tuned", "tuning_figure",
+                                     "claims_look", "paper_claims", "partition")} == {
+        "train_cell": 4, "tune_trial": 6, "tune_select": 2, "train_tuned": 4, "tuning_figure": 1,
+        "claims_look": 2, "paper_claims": 1, "partition": 3}  # partitions: seeds 0, 1 and the tuning seed 50
+
+
+@pytest.mark.slow
+def test_a_tuned_run_reads_each_claim_at_both_settings(tmp_path):
+    """The whole DAG: trials, selection on validation rows, tuned runs, looks adding seeds to an open
+    claim, the claims table with both settings side by side and the sensitivity figure."""
+    configfile = tmp_path / "tuned.yaml"
+    tuned_config(configfile)
+    snakemake(tmp_path, "--cores", "2", configfile=configfile)
+    results = tmp_path / "results"
+    table = pd.read_csv(results / "tables" / "default" / "claims.csv")
+    assert sorted(table["setting"]) == ["paper", "tuned"]
+    for setting in ("paper", "tuned"):
+        looks = sorted((results / "claims" / "default" / setting).glob("look*.json"))
+        last = json.loads(looks[-1].read_text())
+        assert last["done"]
+        row = table[table["setting"] == setting].iloc[0]
+        assert row["seeds_run"] == last["seeds"].__len__() if row["verdict"] == "inconclusive" else True
+        if len(looks) > 1:  # a look added seed 2 to the open claim: its runs exist
+            root = results / ("runs" if setting == "paper" else "tuned/runs")
+            assert (root / "tiny" / "digits" / "dir0.5" / "mlr" / "fedavg" / "seed2" / "metrics.json").exists()
+    chosen = json.loads((results / "tuning" / "tiny" / "digits" / "dir0.5" / "mlr" / "fedavg" / "chosen.json").read_text())
+    assert chosen["trials"] == 3 and chosen["seeds"] == [50] and chosen["metric"] == "val_acc_mean"
+    assert (results / "figures" / "tuning_tiny.png").stat().st_size > 0
+    assert "survives tuning" in (results / "tables" / "default" / "claims.md").read_text()

@@ -213,3 +213,16 @@ def test_poisoning_the_test_split_leaves_the_choice_unchanged(tmp_path, tuning_p
         assert any(test_scores["clean", algorithm, t] != test_scores["poisoned", algorithm, t] for t in range(3))
     table = pd.read_csv(tmp_path / "clean_fedprox.csv")
     assert list(table.columns[:4]) == ["algorithm", "trial", "lr", "mu"] and table["chosen"].sum() == 1
+
+
+def test_make_stale_looks_at_every_trial_and_tuned_run():
+    from fedbench.stale import tuning_runs
+
+    config = copy.deepcopy(CONFIG)
+    config["claims_design"] = {"looks": [3, 4]}
+    runs = tuning_runs(config)
+    trials = [str(p) for _, p in runs if "trials" in p.parts]
+    tuned = [str(p) for _, p in runs if "tuned" in p.parts]
+    assert len(trials) == 3 * 4 and len(tuned) == 3 * 4  # 3 entries x 4 trials x seed 50; 3 entries x seeds 0-3
+    assert "unused/tuning/trials/e/digits/dir/mlr/fedprox/trial3/seed50/metrics.json" in trials
+    assert "unused/tuned/runs/e/digits/dir/mlr/ifca/seed3/metrics.json" in tuned

@@ -295,3 +295,78 @@ def test_a_claim_on_an_unknown_algorithm_stops_the_workflow_before_any_job(tmp_p
     process = snakemake(tmp_path, "-n", configfile=write_config(tmp_path / "bad.yaml", config), check=False)
     assert process.returncode != 0
     assert "claims.c.better: 'femam' is not an algorithm of experiment 'tiny'" in process.stdout, process.stdout[-3000:]
+
+
+# ---- the sequential design, equivalence and the tuned setting ---------------------------------------------
+
+
+def test_a_small_difference_with_little_spread_reads_equivalent_and_names_its_delta():
+    """a - b = 0.2, 0.1, 0.0 points (mean 0.1, sd 0.1): 0.1 ± 4.3027 · 0.1 / sqrt(3) = [-0.148, +0.348], inside ±1."""
+    config = claims_config({"better": "a", "than": "b"})
+    table = evaluate_claims(config, hand_runs({"a": [0.802, 0.801, 0.800], "b": [0.800] * 3}), load_published())
+    assert table["verdict"][0] == "equivalent" and table["delta"][0] == 1.0
+    config["claims"]["c"]["delta"] = 0.3  # a claim's own smallest difference that matters: the interval pokes out
+    assert evaluate_claims(config, hand_runs({"a": [0.802, 0.801, 0.800], "b": [0.800] * 3}),
+                           load_published())["verdict"][0] == INCONCLUSIVE
+
+
+def test_looks_read_the_added_seeds_and_stop_at_the_first_decision():
+    """Pilot 0-2 straddles; so does the look at 5 seeds (each look's interval at 1 - 2 · 0.05 / 2 = 95 %)."""
+    config = claims_config({"better": "a", "than": "b"})
+    config["claims_design"] = {"looks": [3, 5], "alpha": 0.05}
+    runs = hand_runs({"a": [0.81, 0.79, 0.84, 0.83, 0.82], "b": [0.80] * 5})
+    row = evaluate_claims(config, runs, load_published()).iloc[0]
+    # differences 1, -1, 4, 3, 2: mean 1.8, sd 1.9235, t(0.975, 4) = 2.7764 -> 1.8 ± 2.388: still straddles
+    assert (row["seeds_run"], row["look"], row["verdict"]) == (5, "2 of 2", INCONCLUSIVE)
+    assert row["high"] - row["difference"] == pytest.approx(T4 * 1.9235 / 5 ** 0.5, abs=1e-3)
+    decided = evaluate_claims(config, hand_runs({"a": [0.82, 0.83, 0.84, 0.10, 0.10], "b": [0.80] * 5}),
+                              load_published()).iloc[0]
+    assert (decided["seeds_run"], decided["verdict"]) == (3, HOLDS)  # the pilot decides: seeds 3-4 are never read
+    pilot_only = evaluate_claims(config, runs[runs["seed"] < 3], load_published()).iloc[0]
+    assert pilot_only["pending"] and pilot_only["look"] == "1 of 2"  # the design has a look its seeds do not reach
+
+
+def test_the_first_look_must_be_the_pilot():
+    config = copy.deepcopy(DEFAULT)
+    config["claims"] = {"c": {"source": "Table 1", "experiment": "default", "better": "ifca", "than": "fedavg"}}
+    config["claims_design"] = {"looks": [2, 5]}
+    with pytest.raises(ConfigError, match=r"claims_design\.looks: the first look is the pilot, the config's 3 seeds; got 2"):
+        validate_config(config)
+
+
+def test_a_look_keeps_the_undecided_claims_open(tmp_path):
+    from fedbench.results.claims import look_state
+
+    config = claims_config({"better": "a", "than": "b"})
+    config["claims"]["d"] = {"source": "hand-made", "experiment": "e", "better": "b", "than": "a"}
+    config["claims_design"] = {"looks": [3, 5], "alpha": 0.05}
+    paths = []
+    for algorithm, values in {"a": [0.9, 0.8, 0.85], "b": [0.5, 0.9, 0.55]}.items():
+        for seed, value in enumerate(values):
+            path = tmp_path / algorithm / f"seed{seed}" / "metrics.json"
+            path.parent.mkdir(parents=True)
+            cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
+            path.write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "final": {"accuracy": value}}))
+            paths.append(path)
+    state = look_state(config, paths, load_published(), "default", "paper", 0)
+    assert state["open"] == ["c", "d"] and not state["done"] and state["seeds"] == [0, 1, 2]
+
+
+def test_the_table_sets_the_tuned_verdict_beside_the_papers(tmp_path):
+    paths = {"paper": [], "tuned": []}
+    for setting, values in {"paper": {"a": [0.82, 0.83, 0.84], "b": [0.80] * 3},
+                            "tuned": {"a": [0.80, 0.79, 0.81], "b": [0.80] * 3}}.items():
+        for algorithm, per_seed in values.items():
+            for seed, value in enumerate(per_seed):
+                path = tmp_path / setting / algorithm / f"seed{seed}" / "metrics.json"
+                path.parent.mkdir(parents=True)
+                cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
+                path.write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "final": {"accuracy": value}}))
+                paths[setting].append(path)
+    config = claims_config({"better": "a", "than": "b"})
+    config["experiments"]["e"]["tune"] = {"trials": 2, "seeds": [9]}
+    table = write_claims(config, paths["paper"], load_published(), tmp_path / "c.csv", tmp_path / "c.md",
+                         tuned_paths=paths["tuned"])
+    assert table[["setting", "verdict"]].values.tolist() == [["paper", HOLDS], ["tuned", INCONCLUSIVE]]
+    markdown = (tmp_path / "c.md").read_text()
+    assert "| **holds**" in markdown and "**inconclusive**" in markdown and "no: holds → inconclusive" in markdown

@@ -47,7 +47,7 @@ for name in $names; do
   rm -rf "$results" .snakemake/locks
   # shellcheck disable=SC2086
   planned=$("$python" -m snakemake -n --quiet rules ${args[$name]} --replace-workflow-config 2>/dev/null |
-            awk '$1 == "train_cell" {print $2; exit}')
+            awk '$1 == "train_cell" || $1 == "tune_trial" || $1 == "train_tuned" {n += $2} END {print n}')
   t0=$(date +%s%N)
   # shellcheck disable=SC2086
   timeout "$left" "$python" -m snakemake --cores "$cores" --scheduler greedy --keep-going \
@@ -59,13 +59,15 @@ import csv, json, pathlib, shutil, statistics, sys
 name, results, rc, wall, planned, paper, out = sys.argv[1:]
 results = pathlib.Path(results)
 seconds = {}
-for tsv in sorted((results / "benchmarks" / "train").rglob("*.tsv")):
-    method = tsv.parent.name
+for kind in ("train", "tune", "tuned"):  # the cells, the tuning trials, the tuned runs
+  for tsv in sorted((results / "benchmarks" / kind).rglob("*.tsv")):
+    method = f"{kind}: " + (tsv.parent.parent.name if kind == "tune" else tsv.parent.name)
     with tsv.open() as handle:
         seconds.setdefault(method, []).append(float(next(csv.DictReader(handle, delimiter="\t"))["s"]))
 runs = sum(len(v) for v in seconds.values())
 total = sum(sum(v) for v in seconds.values())
-inside = sum(json.loads(f.read_text())["wall_time_s"] for f in (results / "runs").rglob("metrics.json"))
+inside = sum(json.loads(f.read_text())["wall_time_s"] for d in ("runs", "tuned/runs", "tuning/trials")
+             for f in (results / d).rglob("metrics.json"))
 state = "finished" if rc == "0" else ("stopped at the budget" if rc == "124" else f"exit {rc}")
 print(f"# {name}: {state}, wall {int(wall) / 1000:.0f} s ({int(wall) / 60000:.1f} min), "
       f"{runs} of {planned} training jobs, {total:.0f} s of jobs, {inside:.0f} s of runs (metrics.json)")
@@ -75,8 +77,11 @@ claims = results / "tables" / paper / "claims.csv"
 if claims.exists():
     shutil.copy(claims, pathlib.Path(out) / f"{name}_claims.csv")
     with claims.open() as handle:
-        verdicts = [row["verdict"] for row in csv.DictReader(handle)]
-    print("    verdicts: " + ", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts))))
+        rows = list(csv.DictReader(handle))
+    for setting in ("paper", "tuned"):
+        verdicts = [row["verdict"] for row in rows if row.get("setting", "paper") == setting]
+        if verdicts:
+            print(f"    verdicts ({setting}): " + ", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts))))
 EOF
   mv "$out/$name.snakemake.log" "$results/snakemake.log"
   tar -czf "$out/${name}_logs.tar.gz" "$results/snakemake.log" "$results/benchmarks" 2>/dev/null

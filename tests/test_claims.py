@@ -133,14 +133,7 @@ def test_the_paper_margin_is_computed_from_the_published_table():
 
 
 def test_write_claims_reads_the_runs(tmp_path):
-    paths = []
-    for algorithm, values in {"a": [0.82, 0.83, 0.84], "b": [0.80, 0.80, 0.80]}.items():
-        for seed, value in enumerate(values):
-            path = tmp_path / algorithm / f"seed{seed}" / "metrics.json"
-            path.parent.mkdir(parents=True)
-            cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
-            path.write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "final": {"accuracy": value}}))
-            paths.append(path)
+    paths = metrics_files(tmp_path, {"a": [0.82, 0.83, 0.84], "b": [0.80, 0.80, 0.80]})
     config = claims_config({"better": "a", "than": "b"})
     table = write_claims(config, paths, load_published(), tmp_path / "claims.csv", tmp_path / "claims.md")
     assert table["verdict"].tolist() == [HOLDS]  # the first test's numbers: [0.516, 5.484]
@@ -267,6 +260,19 @@ def hand_runs(values: dict[str, list[float]], metric: str = "accuracy") -> pd.Da
     return pd.DataFrame(rows)
 
 
+def metrics_files(root, values: dict[str, list[float]]) -> list:
+    """``metrics.json`` of one run per algorithm and seed (cell e/d/p/m, accuracy as a fraction) under ``root``."""
+    paths = []
+    for algorithm, per_seed in values.items():
+        for seed, value in enumerate(per_seed):
+            path = root / algorithm / f"seed{seed}" / "metrics.json"
+            path.parent.mkdir(parents=True)
+            cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
+            path.write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "final": {"accuracy": value}}))
+            paths.append(path)
+    return paths
+
+
 # ---- the workflow (the tiny suite of tests/test_workflow.py) -----------------------------------
 
 from test_workflow import planned_jobs, report_categories, snakemake, tiny_run, write_config  # noqa: E402,F401  (tiny_run: a fixture)
@@ -340,29 +346,14 @@ def test_a_look_keeps_the_undecided_claims_open(tmp_path):
     config = claims_config({"better": "a", "than": "b"})
     config["claims"]["d"] = {"source": "hand-made", "experiment": "e", "better": "b", "than": "a"}
     config["claims_design"] = {"looks": [3, 5], "alpha": 0.05}
-    paths = []
-    for algorithm, values in {"a": [0.9, 0.8, 0.85], "b": [0.5, 0.9, 0.55]}.items():
-        for seed, value in enumerate(values):
-            path = tmp_path / algorithm / f"seed{seed}" / "metrics.json"
-            path.parent.mkdir(parents=True)
-            cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
-            path.write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "final": {"accuracy": value}}))
-            paths.append(path)
+    paths = metrics_files(tmp_path, {"a": [0.9, 0.8, 0.85], "b": [0.5, 0.9, 0.55]})
     state = look_state(config, paths, load_published(), "default", "paper", 0)
     assert state["open"] == ["c", "d"] and not state["done"] and state["seeds"] == [0, 1, 2]
 
 
 def test_the_table_sets_the_tuned_verdict_beside_the_papers(tmp_path):
-    paths = {"paper": [], "tuned": []}
-    for setting, values in {"paper": {"a": [0.82, 0.83, 0.84], "b": [0.80] * 3},
-                            "tuned": {"a": [0.80, 0.79, 0.81], "b": [0.80] * 3}}.items():
-        for algorithm, per_seed in values.items():
-            for seed, value in enumerate(per_seed):
-                path = tmp_path / setting / algorithm / f"seed{seed}" / "metrics.json"
-                path.parent.mkdir(parents=True)
-                cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
-                path.write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "final": {"accuracy": value}}))
-                paths[setting].append(path)
+    paths = {"paper": metrics_files(tmp_path / "paper", {"a": [0.82, 0.83, 0.84], "b": [0.80] * 3}),
+             "tuned": metrics_files(tmp_path / "tuned", {"a": [0.80, 0.79, 0.81], "b": [0.80] * 3})}
     config = claims_config({"better": "a", "than": "b"})
     config["experiments"]["e"]["tune"] = {"trials": 2, "seeds": [9]}
     table = write_claims(config, paths["paper"], load_published(), tmp_path / "c.csv", tmp_path / "c.md",

@@ -262,3 +262,38 @@ def test_tensorboard_events_equal_the_history(tmp_path, tiny_partition):
         assert [s.step for s in scalars] == history["round"].tolist()
         assert [s.value for s in scalars] == pytest.approx(history[column].tolist(), rel=1e-6)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["communication"]["bytes"] == 29280
+
+
+# ---- the report's figure and table -----------------------------------------------------------
+
+
+def hand_run(root, algorithm, seed, accuracy, per_round_bytes, rounds=(10, 20, 30)):
+    """A finished run directory: history every 10 rounds, ``per_round_bytes`` each way per round."""
+    run = root / algorithm / f"seed{seed}"
+    run.mkdir(parents=True)
+    cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
+    (run / "metrics.json").write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "num_clients": 4,
+                                                  "status": "completed"}))
+    total = [per_round_bytes * r for r in rounds]
+    pd.DataFrame({"round": rounds, "acc_mean": accuracy, "downlink_bytes_total": total,
+                  "uplink_bytes_total": total}).to_csv(run / "history.csv", index=False)
+    return run
+
+
+def test_the_table_and_figure_of_rounds_and_bytes_to_target(tmp_path, saved_figures):
+    from fedbench.results.convergence import plot_accuracy_vs_bytes, target_table
+
+    runs = [hand_run(tmp_path, "fast", s, [0.5, 0.7, 0.8], 50_000) for s in (0, 1)]
+    runs += [hand_run(tmp_path, "slow", 0, [0.3, 0.5, 0.6], 250_000), hand_run(tmp_path, "slow", 1, [0.3, 0.5, 0.7], 250_000)]
+    table = target_table(runs, [{"target": 65}]).set_index("algorithm")
+    # fast: 65 % crossed at 17.5 -> round 18, 18 * 100 kB = 1.8 MB (0.45 per client), both seeds
+    assert table.loc["fast", ["reached", "rounds_to_target", "mb_to_target", "client_mb_to_target"]].tolist() == [
+        "2/2", "18.0 ± 0.0", "1.80 ± 0.00", "0.450 ± 0.000"]
+    # slow: seed 1 crosses at 20 + 0.15 / 0.2 * 10 = 27.5 -> round 28, 28 * 500 kB = 14 MB; seed 0 never
+    assert table.loc["slow", ["reached", "rounds_to_target", "mb_to_target"]].tolist() == ["1/2", "28.0 ± 0.0", "14.00 ± 0.00"]
+    plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
+    left, right = saved_figures[-1].axes[:2]
+    fast_left, fast_right = left.get_lines()[0], right.get_lines()[0]
+    assert fast_left.get_xdata().tolist() == pytest.approx([1.0, 2.0, 3.0])  # MB at rounds 10, 20, 30
+    assert fast_right.get_xdata().tolist() == [10, 20, 30]
+    assert fast_left.get_ydata().tolist() == pytest.approx([50, 70, 80])

@@ -106,6 +106,9 @@ def test_every_output_and_log_is_written(tiny_run):
     # curves and bands are drawn: two panel rows (iid, dir0.5) of local + fedavg paint about 9,700
     # coloured pixels, the legend alone under 200
     assert coloured_pixels(results / "figures" / "curves_tiny.png") > 3000
+    assert coloured_pixels(results / "figures" / "bytes_tiny.png") > 3000  # accuracy against megabytes sent
+    to_target = pd.read_csv(results / "tables" / "to_target_tiny.csv")  # rounds and megabytes to 90 % of the final accuracy
+    assert set(to_target["algorithm"]) == {"local", "fedavg"} and set(to_target["target"]) == {"90 % of final"}
     assert not (tiny_run / "logs").exists()  # every log under the results root
 
 
@@ -166,7 +169,7 @@ def test_report_is_built(tiny_run):
     assert set(suite) == {"Tables", "Accuracy curves", "Partitions"}
     assert {Path(p).name for p in suite["Tables"]} == {"results.csv", "results.md"}
     assert all("/tables/default/" in p for p in suite["Tables"])  # the paper's own rows
-    assert [Path(p).name for p in suite["Accuracy curves"]] == ["curves_tiny.png"]
+    assert sorted(Path(p).name for p in suite["Accuracy curves"]) == ["bytes_tiny.png", "curves_tiny.png", "to_target_tiny.csv"]
     assert len(suite["Partitions"]) == 2
 
 

@@ -148,7 +148,12 @@ def target_table(run_dirs: Iterable[str | Path], targets: Sequence[Mapping], ord
         return pd.Series(out)
 
     keys = PANEL + ["target", "algorithm"]
-    return per_seed.groupby(keys, sort=False)[list(per_seed.columns)].apply(summary).reset_index()
+    out = order_rows(per_seed.groupby(keys, sort=False)[list(per_seed.columns)].apply(summary).reset_index(), orders)
+    labels = [target_label(spec.get("target"), spec.get("target_fraction")) for spec in targets]
+    panels = list(dict.fromkeys(out[PANEL].itertuples(index=False, name=None)))
+    rank = pd.DataFrame({"panel": [panels.index(p) for p in out[PANEL].itertuples(index=False, name=None)],
+                         "target": out["target"].map(labels.index)}, index=out.index)
+    return out.loc[rank.sort_values(["panel", "target"], kind="stable").index].reset_index(drop=True)
 
 
 def target_markdown(table: pd.DataFrame, title: str) -> str:

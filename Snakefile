@@ -89,6 +89,7 @@ rule tables:
         scorecard=scorecard_files(),
         by_paper=paper_table_files(),
         curves=curve_figures(),
+        communication=communication_figures(),
         relatedness=clustering_figures("adjacency"),
         umap=clustering_figures("umap"),
         assignments=clustering_figures("assignments"),

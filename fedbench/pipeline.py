@@ -31,12 +31,14 @@ from fedbench.engine.device import peak_memory_mb, resolve_device
 from fedbench.engine.evaluate import Scores, evaluate_clients, evaluate_pooled
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.traffic import Traffic
 from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.models import build_model
 from fedbench.protocols import PROTOCOLS
 from fedbench.provenance import CELL_SCRIPTS, PARTITION_SCRIPTS, cell_roots, partition_roots, provenance
+from fedbench.tracking import TensorBoardLog, tensorboard_dir
 
 log = logging.getLogger("fedbench")
 
@@ -179,8 +181,9 @@ class CellRun:
 class Progress:
     """What a run has done so far, saved in every checkpoint: the algorithm's state, the history
     rows, the per-client scores of the evaluated rounds, the training losses since the last
-    evaluation, the round to train next, the wall time of earlier attempts, and the round whose
-    training loss was not finite (None: none)."""
+    evaluation, the round to train next, the wall time of earlier attempts, the round whose
+    training loss was not finite (None: none), and the bytes sent: per client since round 1
+    (``sent``) and in all since the last history row (``window``: downlink, uplink)."""
 
     state: dict
     history: list[dict] = field(default_factory=list)
@@ -189,6 +192,22 @@ class Progress:
     first: int = 1
     spent_before: float = 0.0
     diverged: int | None = None
+    sent: Traffic | None = None
+    window: list[int] = field(default_factory=lambda: [0, 0])
+
+    def count(self, traffic: Traffic) -> None:
+        """Add one round's bytes to the running totals and to the window of the next history row."""
+        self.sent = traffic if self.sent is None else self.sent + traffic
+        self.window = [self.window[0] + traffic.down_total, self.window[1] + traffic.up_total]
+
+    def bytes_row(self) -> dict:
+        """The history row's bytes: sent since the previous row (per round where every round is
+        evaluated) and since round 1; the window emptied."""
+        total = self.sent or Traffic.none(0)
+        row = {"downlink_bytes": self.window[0], "uplink_bytes": self.window[1],
+               "downlink_bytes_total": total.down_total, "uplink_bytes_total": total.up_total}
+        self.window = [0, 0]
+        return row
 
     def wall_time(self, started: float) -> float:
         """Seconds spent on the run, earlier attempts included."""
@@ -263,18 +282,23 @@ def resume(run: CellRun, state: dict) -> Progress:
     restore_rng(run.fed.generator, resumed["rng"])
     log.info("resuming from %s after round %d", run.checkpoint_path, resumed["round"])
     return Progress(state=resumed["state"], history=resumed["history"], per_client=resumed["per_client"],
-                    losses=resumed["losses"], first=resumed["round"] + 1, spent_before=resumed["wall_time_s"])
+                    losses=resumed["losses"], first=resumed["round"] + 1, spent_before=resumed["wall_time_s"],
+                    sent=resumed.get("sent"), window=resumed.get("window", [0, 0]))
 
 
 def train_round(run: CellRun, progress: Progress, round_: int) -> bool:
-    """One round of the algorithm; its mean training loss joins ``progress.losses``.  A loss that is
-    not finite ends the run (False): the round and the mean loss go to the history, nothing else."""
-    progress.state, loss = run.algorithm.round(run.fed, progress.state, round_)
+    """One round of the algorithm; its mean training loss joins ``progress.losses`` and the bytes it
+    sent (the algorithm's ``communication`` hook) the running totals.  A loss that is not finite ends
+    the run (False): the round, the mean loss and the bytes go to the history, nothing else."""
+    before = progress.state
+    run.fed.sampled = None  # the hook's default reads the clients this round samples
+    progress.state, loss = run.algorithm.round(run.fed, before, round_)
+    progress.count(run.algorithm.communication(run.fed, before, progress.state, round_))
     progress.losses.append(float(loss.mean()))
     if torch.isfinite(loss).all():
         return True
     progress.diverged = round_  # no model worth scoring from here on
-    progress.history.append({"round": round_, "train_loss": float(np.mean(progress.losses))})
+    progress.history.append({"round": round_, "train_loss": float(np.mean(progress.losses)), **progress.bytes_row()})
     log.warning("cell %s diverged at round %d (training loss %s)", run.name, round_, progress.losses[-1])
     return False
 
@@ -319,6 +343,7 @@ def evaluate(run: CellRun, progress: Progress, round_: int) -> None:
         training["memory_mb"], due(round_, training["train_eval_every"], training["rounds"]),
     )
     progress.losses.clear()
+    row.update(progress.bytes_row())
     progress.history.append(row)
     progress.per_client[round_] = personal
     log.info(
@@ -337,6 +362,7 @@ def checkpoint(run: CellRun, progress: Progress, round_: int) -> None:
         "round": round_, "fingerprint": run.fingerprint, "state": progress.state, "model": run.fed.model.state_dict(),
         "rng": capture_rng(run.fed.generator), "history": progress.history, "per_client": progress.per_client,
         "losses": progress.losses, "wall_time_s": progress.wall_time(run.started),
+        "sent": progress.sent, "window": progress.window,
     })
 
 
@@ -378,6 +404,7 @@ def _completed_outputs(run: CellRun, progress: Progress, wall_time_s: float) -> 
             for k, c in (("accuracy", "global_acc"), ("macro_f1", "global_f1"), ("loss", "global_loss"))
         },
         "status": "completed",
+        "communication": communication_record(run, progress),
         **_run_record(run, wall_time_s),
     }
     _add_clustering(metrics, history, run.algorithm.level_clusters(run.fed, progress.state), run.groups)
@@ -439,9 +466,31 @@ def _diverged_outputs(run: CellRun, progress: Progress, wall_time_s: float) -> t
         "diverged_round": round_,
         "final": {"round": round_, "accuracy": None, "macro_f1": None, "loss": None, "variance": None, "train_accuracy": None},
         "global": {"accuracy": None, "macro_f1": None, "loss": None},
+        "communication": communication_record(run, progress),
         **_run_record(run, wall_time_s),
     }
     return pd.DataFrame(progress.history), clients, metrics
+
+
+BN_BYTES = {
+    "average": "counted: BatchNorm's weights and running statistics are averaged, so they travel",
+    "local_stats": "running statistics not counted (they stay on the client); BatchNorm's weights counted",
+    "local": "not counted: every BatchNorm entry stays on the client",
+}
+
+
+def communication_record(run: CellRun, progress: Progress) -> dict:
+    """``metrics.json``'s ``communication``: the bytes sent down and up over the whole run (all
+    clients), their sum per client (mean and largest), one model's bytes as exchanged, and whether
+    BatchNorm's entries are in them (:data:`BN_BYTES`)."""
+    sent = progress.sent or Traffic.none(run.fed.num_clients)
+    per_client = sent.downlink + sent.uplink
+    return {
+        "downlink_bytes": sent.down_total, "uplink_bytes": sent.up_total, "bytes": sent.down_total + sent.up_total,
+        "bytes_per_client": float(per_client.mean()) if len(per_client) else 0.0,
+        "bytes_per_client_max": int(per_client.max()) if len(per_client) else 0,
+        "model_bytes": run.fed.model_bytes(), "batchnorm": BN_BYTES[run.fed.bn_aggregation],
+    }
 
 
 def _run_record(run: CellRun, wall_time_s: float) -> dict:
@@ -474,10 +523,17 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     progress = resume(run, run.algorithm.init(run.fed, model_weights(run.fed.model)))
     rounds, every = run.training["rounds"], run.training["eval_every"]
     log.info("cell %s on %s: %d clients, %d rounds", run.name, run.device, run.fed.num_clients, rounds)
-    for t in tqdm(range(progress.first, rounds + 1), desc=f"{cell.algorithm} seed{cell.seed}", unit="round", mininterval=5):
-        if not train_round(run, progress, t):
-            break
-        if due(t, every, rounds):
-            evaluate(run, progress, t)
-        checkpoint(run, progress, t)
+    board = TensorBoardLog(tensorboard_dir(config, run.out, run.code["code_hash"])) if config.get("tensorboard") else None
+    try:
+        for t in tqdm(range(progress.first, rounds + 1), desc=f"{cell.algorithm} seed{cell.seed}", unit="round", mininterval=5):
+            if not train_round(run, progress, t):
+                break
+            if due(t, every, rounds):
+                evaluate(run, progress, t)
+                if board is not None:
+                    board.add_row(progress.history[-1])
+            checkpoint(run, progress, t)
+    finally:
+        if board is not None:
+            board.close()
     return write(run, progress)

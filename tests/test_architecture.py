@@ -40,6 +40,7 @@ LAYERS = {
     "fedbench.clustering": 4,
     # 5 one cell's run
     "fedbench.pipeline": 5,
+    "fedbench.tracking": 5,  # the optional TensorBoard log of a running cell
     # 6 tables, figures, scorecards and claims of finished runs (the gamma sweep reruns cells)
     "fedbench.results": 6,
     # 7 workflow level: the full config validation and what its jobs would hit, the stale-results CLI, the cost report

@@ -106,6 +106,9 @@ def test_every_output_and_log_is_written(tiny_run):
     # curves and bands are drawn: two panel rows (iid, dir0.5) of local + fedavg paint about 9,700
     # coloured pixels, the legend alone under 200
     assert coloured_pixels(results / "figures" / "curves_tiny.png") > 3000
+    assert coloured_pixels(results / "figures" / "bytes_tiny.png") > 3000  # accuracy against megabytes sent
+    to_target = pd.read_csv(results / "tables" / "to_target_tiny.csv")  # rounds and megabytes to 90 % of the final accuracy
+    assert set(to_target["algorithm"]) == {"local", "fedavg"} and set(to_target["target"]) == {"90 % of final"}
     assert not (tiny_run / "logs").exists()  # every log under the results root
 
 
@@ -166,7 +169,7 @@ def test_report_is_built(tiny_run):
     assert set(suite) == {"Tables", "Accuracy curves", "Partitions"}
     assert {Path(p).name for p in suite["Tables"]} == {"results.csv", "results.md"}
     assert all("/tables/default/" in p for p in suite["Tables"])  # the paper's own rows
-    assert [Path(p).name for p in suite["Accuracy curves"]] == ["curves_tiny.png"]
+    assert sorted(Path(p).name for p in suite["Accuracy curves"]) == ["bytes_tiny.png", "curves_tiny.png", "to_target_tiny.csv"]
     assert len(suite["Partitions"]) == 2
 
 
@@ -271,7 +274,7 @@ def test_editing_a_partition_reruns_only_what_depends_on_it(tiny_run, tmp_path):
     process = snakemake(tiny_run, "-n", configfile=edited)
     assert planned_jobs(process.stdout) == {
         "partition": 1, "partition_heatmap": 1, "train_cell": 2, "results_table": 1, "paper_results_table": 1,
-        "accuracy_curves": 1, "all": 1,
+        "accuracy_curves": 1, "communication_figure": 1, "all": 1,
     }, process.stdout[-3000:]
 
 
@@ -284,7 +287,8 @@ def test_tables_rebuild_a_deleted_run(tiny_run):
     shutil.rmtree(run)
     process = snakemake(tiny_run, "-n", "tables", configfile=configfile)
     assert planned_jobs(process.stdout) == {
-        "train_cell": 1, "results_table": 1, "paper_results_table": 1, "accuracy_curves": 1, "tables": 1,
+        "train_cell": 1, "results_table": 1, "paper_results_table": 1, "accuracy_curves": 1, "communication_figure": 1,
+        "tables": 1,
     }, process.stdout[-3000:]
     snakemake(tiny_run, "--cores", "2", "tables", configfile=configfile)
     assert json.loads((run / "metrics.json").read_text())["cell"]["algorithm"] == "fedavg"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
@@ -20,6 +20,7 @@ from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients, client_buffers
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ class Federation:
     clusters: np.ndarray | None = None  # planted cluster of every client, where the partition has them; read only
     # by readings that use oracle information (FLT's ``k: ground_truth``, the authors' code)
     bn_aggregation: str = "average"  # a key of BN_AGGREGATION
+    # the clients the last :meth:`sample_clients` drew (None: none drawn since the pipeline reset it
+    # before the round); read by the default :meth:`Algorithm.communication`
+    sampled: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.bn_aggregation not in BN_AGGREGATION:
@@ -74,7 +78,16 @@ class Federation:
         """max(1, round(rho * K)) distinct clients, uniformly at random, in increasing order."""
         m = max(1, round(self.participation * self.num_clients))
         chosen = torch.randperm(self.num_clients, generator=self.generator)[:m]
-        return chosen.sort().values.to(self.device)
+        self.sampled = chosen.sort().values.to(self.device)
+        return self.sampled
+
+    def model_bytes(self, weights: Weights | None = None, stacked: bool = False) -> int:
+        """Bytes of one model as the server and a client exchange it: every state-dict entry of
+        ``weights`` (default: the model template's) in its own dtype, BatchNorm's running statistics
+        included, less the entries ``bn_aggregation`` keeps on the client (:attr:`local_names`), which
+        are never sent.  ``stacked``: ``weights`` holds one row per client; one row is counted."""
+        weights = self.model.state_dict() if weights is None else weights
+        return weights_bytes(weights, self.local_names, stacked=stacked)
 
     def train_clients(
         self,
@@ -256,6 +269,17 @@ class Algorithm:
         dict (``.json``) in the run directory, e.g. the FLT adjacency matrix; None: nothing."""
         return None
 
+    def communication(self, fed: Federation, before: dict, after: dict, round_: int) -> Traffic:
+        """Traffic hook: the bytes round ``round_`` sent to and from every client
+        (:class:`~fedbench.engine.traffic.Traffic`), given the state ``before`` and ``after`` it.
+        Default: one model (:meth:`Federation.model_bytes`) down to every client the round sampled
+        (:attr:`Federation.sampled`; every client where the round drew none) and one model up from
+        each -- FedAvg's messages.  A method that sends more or less overrides it (IFCA: its k models
+        down; FLT: the one-off signature; Local: nothing)."""
+        clients = torch.arange(fed.num_clients) if fed.sampled is None else fed.sampled
+        size = fed.model_bytes()
+        return Traffic.to(fed.num_clients, clients, size, size)
+
     @staticmethod
     def history_note(history: pd.DataFrame) -> str:
         """Result hook, called on the class: a remark on one run's ``history.csv`` for its scorecard
@@ -267,6 +291,7 @@ REQUIRED = ("init", "round", "client_models", "global_model")
 HOOKS = ("scoring_model", "clusters", "adjacency", "diagnostics", "level_clusters", "summary", "artifacts")
 TRUTH_HOOKS = ("planted_clusters",)  # run hooks called with what the ground truth tells the scoring (the planted C)
 PLAN_HOOKS = ("check_plan",)  # called by the config's checks with a PlanContext, not during a run
+TRAFFIC_HOOKS = ("communication",)  # called by the pipeline after every round with the state before and after it
 RESULT_HOOKS = ("history_note",)  # static or class methods the results layer calls with a run's outputs
 CAPABILITIES = ("ignored_training", "replaced_training", "harmless_training", "keeps_local_bn", "ignored_settings")
 
@@ -285,7 +310,7 @@ def check_algorithm_builder(name: str, builder) -> None:
     if on_instance:
         raise TypeError(f"algorithm {name!r} ({cls.__name__}): {', '.join(on_instance)} is called on the class; "
                         "make it a staticmethod or classmethod")
-    declared = set(REQUIRED) | set(HOOKS) | set(TRUTH_HOOKS) | set(PLAN_HOOKS) | set(RESULT_HOOKS) | set(CAPABILITIES)
+    declared = set(REQUIRED) | set(HOOKS) | set(TRAFFIC_HOOKS) | set(TRUTH_HOOKS) | set(PLAN_HOOKS) | set(RESULT_HOOKS) | set(CAPABILITIES)
     for attribute, value in vars(cls).items():
         if attribute.startswith("_") or attribute in declared or not callable(value) and not isinstance(value, property):
             continue
@@ -293,7 +318,7 @@ def check_algorithm_builder(name: str, builder) -> None:
         if near:
             raise TypeError(
                 f"algorithm {name!r} ({cls.__name__}) defines {attribute!r}, which is not a hook; "
-                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS + TRUTH_HOOKS + PLAN_HOOKS + RESULT_HOOKS)}"
+                f"did you mean {near[0]!r}? hooks: {', '.join(HOOKS + TRAFFIC_HOOKS + TRUTH_HOOKS + PLAN_HOOKS + RESULT_HOOKS)}"
             )
 
 

@@ -108,6 +108,7 @@ class CluSamp(Algorithm):
         u = torch.rand(len(r), 1, generator=fed.generator, dtype=torch.float64)
         chosen = torch.searchsorted(cumulative, u * cumulative[:, -1:]).squeeze(1).clamp(max=fed.num_clients - 1)
         chosen = chosen.to(fed.device)
+        fed.sampled = chosen  # the round's clients (with repeats), for the byte count
         trained, loss = fed.train_clients(broadcast(state["global"], len(chosen)), chosen)
         names = parameter_names(fed.model)
         update = torch.cat([(trained[n] - state["global"][n]).reshape(len(chosen), -1) for n in names], 1)

@@ -32,6 +32,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
+from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast
 
 
@@ -137,6 +138,13 @@ class FedGen(Algorithm):
         losses = self.train_generator(fed, state, heads, state["label_counts"][chosen])
         return {**state, "global": fed.average(trained, chosen), "trained_generator": True,
                 "generator_losses": state["generator_losses"] + [losses[-1]]}, loss
+
+    def communication(self, fed: Federation, before: dict, after: dict, round_: int) -> Traffic:
+        """The global model down and the trained one up (FedAvg's), plus the generator down to every
+        sampled client once the server has trained it (Alg. 1: from the second round on)."""
+        size = fed.model_bytes()
+        extra = weights_bytes(before["generator"].state_dict()) if before["trained_generator"] else 0
+        return Traffic.to(fed.num_clients, fed.sampled, size + extra, size)
 
     def train_generator(self, fed: Federation, state: dict, heads, counts: torch.Tensor) -> list[float]:
         """``generator_epochs x teacher_iterations`` Adam steps on the teacher + diversity loss; the losses."""

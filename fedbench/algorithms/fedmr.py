@@ -45,7 +45,8 @@ def sample_distinct(fed: Federation, count: int | None) -> torch.Tensor:
     if count > fed.num_clients:
         raise ValueError(f"number of intermediate models m = {count} exceeds the number of clients ({fed.num_clients})")
     chosen = torch.randperm(fed.num_clients, generator=fed.generator)[:count]
-    return chosen.sort().values.to(fed.device)
+    fed.sampled = chosen.sort().values.to(fed.device)  # the round's clients, for the byte count
+    return fed.sampled
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.partial import frozen_copy, train_module, trainer_for
+from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 
 
@@ -64,6 +65,11 @@ class FedRep(Algorithm):
 
     def global_model(self, fed: Federation, state: dict) -> None:
         return None
+
+    def communication(self, fed: Federation, before: dict, after: dict, round_: int) -> Traffic:
+        """The shared body down to every sampled client and back; the personal head never leaves it."""
+        size = weights_bytes(fed.model.state_dict(), [*fed.local_names, *head_names(fed)])
+        return Traffic.to(fed.num_clients, fed.sampled, size, size)
 
 
 @ALGORITHMS.register("fedrep", search={"head_epochs": [1, 2, 5]})

@@ -60,6 +60,7 @@ from fedbench.algorithms.femam_rules import (
 )
 from fedbench.algorithms.partial import train_module, trainer_for
 from fedbench.engine.evaluate import evaluate_clients
+from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 from fedbench.models.additive import COMBINE, AdditiveLevels, additive_weights, level_key
 from fedbench.search_space import LogRange, Relative
@@ -191,6 +192,18 @@ class FeMAM(Algorithm):
         level = {k: trained[level_key(newest, k)] for k in state["levels"][newest]}
         state = self._aggregate(fed, state, newest, kind, holders, level, round_)
         return self._validate(fed, state, round_), loss
+
+    def communication(self, fed: Federation, before: dict, after: dict, round_: int) -> Traffic:
+        """Sec. 5.5 ("the client only needs to download and update the model at the latest level"):
+        every client that trains the newest level this round (its holders, as :meth:`round` picks
+        them) receives its group's model of that level and sends its trained one back; the frozen
+        levels it already holds are not sent again (one level model each way, FedAvg's volume)."""
+        newest = len(before["levels"]) - 1
+        holding = before["kept"][:, newest].copy()
+        if before["complete"] and self.final_training == "everyone":
+            holding[:] = True
+        size = fed.model_bytes(before["levels"][newest], stacked=True)
+        return Traffic.to(fed.num_clients, np.flatnonzero(holding), size, size)
 
     def _aggregate(self, fed, state, newest, kind, holders, level, round_) -> dict:
         """Eq. (7) at the newest level, then broadcast (Eq. 6) into every holder's row."""

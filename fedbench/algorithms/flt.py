@@ -49,6 +49,7 @@ import torch
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.clustering.fcr import code_client_order, cut_linkage, fcr, pca_signatures, relatedness
 from fedbench.algorithms.flt_encoders import embed_clients, load_encoder
+from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
 from fedbench.search_space import Relative
 
@@ -102,6 +103,13 @@ def neighbour_average(stacked: Weights, adjacency: np.ndarray, samples: torch.Te
     return out
 
 
+def _centres_bytes(embeddings, k: int) -> int:
+    """Bytes of a client's signature: k k-means centres (at most one per sample) of its embeddings
+    ``[n, d]``, in their dtype."""
+    e = np.asarray(embeddings)
+    return int(min(k, len(e)) * e.shape[1] * e.itemsize) if e.ndim == 2 else 0
+
+
 @dataclass(frozen=True)
 class FLT(Algorithm):
     """FLT or PCA+kM+HC; see the module docstring.  ``signature``: ``encoder`` or ``pca``."""
@@ -141,15 +149,20 @@ class FLT(Algorithm):
                 encoder, fed.data, everyone, finetune_epochs=self.finetune_epochs,
                 lr=1e-3, batch_size=64, generator=fed.generator,  # the original code: Adam 1e-3, batch 64
             )
+            k = ground_truth_k(fed) if self.k == "ground_truth" else self.k
             result = fcr(
-                embeddings, k=ground_truth_k(fed) if self.k == "ground_truth" else self.k, gamma=self.gamma,
+                embeddings, k=k, gamma=self.gamma,
                 distance=self.distance, n_neighbors=self.umap_neighbors, min_dist=self.umap_min_dist,
                 umap_transform=self.umap_fit == "transform",
                 umap_order=code_client_order(fed.num_clients) if self.umap_order == "code" else None,
                 num_clusters=num_clusters, n_init=self.n_init, seed=None if self.random_state == "code" else fed.seed,
             )
+            # what travels once: the encoder down, each client's k centres of its embeddings up
+            signature = [_centres_bytes(e, k) for e in embeddings]
             return {"adjacency": result.adjacency, "clusters": result.clusters, "distances": result.distances,
-                    "linkage": result.linkage, "centres_2d": result.centres_2d}
+                    "linkage": result.linkage, "centres_2d": result.centres_2d,
+                    "signature_bytes": np.asarray(signature, dtype=np.int64),
+                    "encoder_bytes": weights_bytes(encoder.state_dict())}
         samples = [
             fed.data.x[fed.data.train.index[m, : fed.data.train.counts[m]]].flatten(1).cpu().numpy()
             for m in range(fed.num_clients)
@@ -157,7 +170,8 @@ class FLT(Algorithm):
         centres = pca_signatures(samples, n_components=self.pca_components, k=self.k, seed=fed.seed)
         result = relatedness(centres, gamma=self.gamma, distance=self.distance, num_clusters=num_clusters)
         return {"adjacency": result.adjacency, "clusters": result.clusters, "distances": result.distances,
-                "linkage": result.linkage}
+                "linkage": result.linkage, "signature_bytes": np.asarray([np.asarray(c).nbytes for c in centres], dtype=np.int64),
+                "encoder_bytes": 0}
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"clients": broadcast(initial, fed.num_clients), **self.relatedness(fed)}
@@ -211,6 +225,18 @@ class FLT(Algorithm):
         if linkage is None or len(linkage) + 1 != fed.num_clients or not 1 <= count <= fed.num_clients:
             return None
         return cut_linkage(np.asarray(linkage), count)
+
+    def communication(self, fed: Federation, before: dict, after: dict, round_: int) -> Traffic:
+        """Every sampled client's own model down and its trained model up (Algorithm 3); in the first
+        round also the one-off relatedness step (Algorithm 2): the pretrained encoder down to every
+        client and every client's signature up (its k k-means centres of its embeddings, or of its
+        PCA projection for PCA+kM+HC, in their own dtype).  Nothing else: clusters form once."""
+        traffic = super().communication(fed, before, after, round_)
+        if round_ == 1:
+            everyone = np.arange(fed.num_clients)
+            traffic = traffic + Traffic.to(fed.num_clients, everyone, before.get("encoder_bytes", 0),
+                                           before.get("signature_bytes", np.zeros(fed.num_clients, dtype=np.int64)))
+        return traffic
 
     def artifacts(self, fed: Federation, state: dict) -> dict:
         keep = ("adjacency", "distances", "linkage", "centres_2d", "clusters")

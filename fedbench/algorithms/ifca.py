@@ -39,6 +39,7 @@ from fedbench.algorithms.clustered import (
     stack,
 )
 from fedbench.engine.evaluate import evaluate_clients
+from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import (
     Weights,
     broadcast,
@@ -127,6 +128,17 @@ class IFCA(Algorithm):
 
     def artifacts(self, fed: Federation, state: dict) -> dict:
         return {"assignments": assignment_frame(state["history"])}
+
+    def communication(self, fed: Federation, before: dict, after: dict, round_: int) -> Traffic:
+        """Alg. 1: all C cluster models down to every sampled client, its trained model and its
+        cluster identity (one int64) up; a warm-up round is FedAvg's (one model each way)."""
+        if round_ <= self.warmup_rounds:
+            return super().communication(fed, before, after, round_)
+        size = fed.model_bytes()
+        return Traffic.to(fed.num_clients, fed.sampled, self.num_clusters * size, size + CLUSTER_ID_BYTES)
+
+
+CLUSTER_ID_BYTES = 8  # the cluster identity a client sends with its model (one int64)
 
 
 @ALGORITHMS.register("ifca", bounds={"num_clusters": ">= 1", "warmup_rounds": ">= 0", "init": ("random", "perturb"), "perturb": ">= 0"},

@@ -14,6 +14,7 @@ import numpy as np
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.partial import trainer_for
 from fedbench.engine.federated_data import ClientIndex, FederatedData
+from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
 
 TRAIN_ON = ("train", "train_val")
@@ -64,6 +65,10 @@ class Local(Algorithm):
 
     def global_model(self, fed: Federation, state: dict) -> None:
         return None
+
+    def communication(self, fed: Federation, before: dict, after: dict, round_: int) -> Traffic:
+        """Nothing: every client trains alone."""
+        return Traffic.none(fed.num_clients)
 
 
 @ALGORITHMS.register("local")

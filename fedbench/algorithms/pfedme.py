@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows
 from fedbench.search_space import Relative
 
@@ -105,6 +106,13 @@ class PFedMe(Algorithm):
 
     def global_model(self, fed: Federation, state: dict) -> Weights:
         return state["global"]
+
+    def communication(self, fed: Federation, before: dict, after: dict, round_: int) -> Traffic:
+        """Alg. 1: the global model down to every client (all of them train), the local models of the
+        sampled ones up."""
+        size = fed.model_bytes()
+        everyone = Traffic.to(fed.num_clients, range(fed.num_clients), size, 0)
+        return everyone + Traffic.to(fed.num_clients, fed.sampled, 0, size)
 
 
 @ALGORITHMS.register("pfedme", bounds={"lam": "> 0", "personal_lr": "> 0", "inner_steps": ">= 1", "local_steps": ">= 1", "beta": "> 0"},

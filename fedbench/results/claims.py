@@ -44,6 +44,7 @@ from scipy import stats
 
 from fedbench.data.partition_file import atomic_write
 from fedbench.protocols import PROTOCOLS
+from fedbench.results.convergence import TARGET_METRICS, run_time_to_target, target_label
 from fedbench.results.papers import PAPERS as PAPER_NAMES
 from fedbench.results.papers import experiment_paper
 from fedbench.results.published import load_published
@@ -51,19 +52,26 @@ from fedbench.results.sequential import EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, 
 from fedbench.results.tables import CELL_COLUMNS, PERCENT_METRICS, load_metrics
 from fedbench.validation import load_yaml_strict
 
-METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi", "ari_planted")
+METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi", "ari_planted", *TARGET_METRICS)
 """What a claim may compare (columns of :func:`fedbench.results.tables.load_metrics`; ``global_accuracy``
 is the global model's at the round the experiment's protocol picks for it, :func:`protocol_global_accuracy`).
 ``ari``: the algorithm's recovered clusters as it reports them (FLT: Ward on Ã's rows with the C that HC
 chooses itself, or the entry's ``clusters``); ``ari_planted``: the same tree cut at the planted number of
 clusters (:meth:`fedbench.algorithms.base.Algorithm.planted_clusters`), so a claim can read structure
-recovery without HC's choice of C."""
+recovery without HC's choice of C.  ``rounds_to_target``, ``mb_to_target``, ``client_mb_to_target``: the
+rounds, megabytes and megabytes per client a run took to reach the claim's ``target`` (accuracy %) or
+``target_fraction`` (of its own final accuracy), :mod:`fedbench.results.convergence`; fewer is better, so
+their comparisons read ``than - better`` (positive: ``better`` got there sooner) and a run that never
+reached the target is left out of its seed's pair, as a diverged one."""
 CELL_AXES = ("datasets", "partitions", "models")
 CONFIDENCE = 0.95
 DEFAULT_ALPHA = 0.025  # one look: the 95 % interval
-DEFAULT_DELTA = {"accuracy": 1.0, "global_accuracy": 1.0, "macro_f1": 1.0, "ari": 0.05, "nmi": 0.05, "ari_planted": 0.05}
+DEFAULT_DELTA = {"accuracy": 1.0, "global_accuracy": 1.0, "macro_f1": 1.0, "ari": 0.05, "nmi": 0.05, "ari_planted": 0.05,
+                 "rounds_to_target": 5.0, "mb_to_target": 10.0, "client_mb_to_target": 1.0}
 """The smallest difference that matters where neither the claim nor ``claims_design`` says: one
-accuracy (or macro-F1) point, 0.05 of ARI or NMI."""
+accuracy (or macro-F1) point, 0.05 of ARI or NMI, 5 rounds, 10 MB in all, 1 MB per client (the
+time-to-target metrics take the claim's own ``delta`` or this, never ``claims_design.delta``, which is
+in accuracy points)."""
 SETTINGS = ("paper", "tuned")
 
 
@@ -161,9 +169,35 @@ def check_claims(config: dict, published: pd.DataFrame | None = None) -> None:
     for name, claim in (config.get("claims") or {}).items():
         if claim.get("metric", "accuracy") not in METRICS:
             raise ClaimError(f"claims.{name}.metric: {claim['metric']!r} unknown; valid choices: {', '.join(METRICS)}")
+        _check_target(claim, f"claims.{name}")
         claim_cells(config, name)
         if published is not None and "better" in claim:
             published_margins(claim, published, f"claims.{name}")
+
+
+def _check_target(claim: dict, where: str) -> None:
+    """A time-to-target claim is a comparison with exactly one of ``target`` and ``target_fraction``;
+    no other claim has either."""
+    given = [key for key in ("target", "target_fraction") if key in claim]
+    if claim.get("metric", "accuracy") not in TARGET_METRICS:
+        if given:
+            raise ClaimError(f"{where}.{given[0]}: only a *_to_target metric has a target; metric is "
+                             f"{claim.get('metric', 'accuracy')!r}")
+        return
+    if len(given) != 1:
+        raise ClaimError(f"{where}: metric {claim['metric']} needs exactly one of target (accuracy %) and target_fraction")
+    if "better" not in claim:
+        raise ClaimError(f"{where}: metric {claim['metric']} is compared between two methods (better, than), "
+                         "not against a threshold")
+
+
+def metric_column(claim: dict) -> str:
+    """The column of the runs' frame a claim reads: its metric, or for a time-to-target metric the
+    metric at its target (e.g. ``rounds_to_target@80 %``)."""
+    metric = claim.get("metric", "accuracy")
+    if metric not in TARGET_METRICS:
+        return metric
+    return f"{metric}@{target_label(claim.get('target'), claim.get('target_fraction'))}"
 
 
 # ---- evaluation ----------------------------------------------------------------------------
@@ -191,7 +225,9 @@ def claim_design(config: dict, claim: dict) -> Design:
     """The design one claim is decided by: the config's looks and alpha, its ``delta`` (the claim's,
     else the design's, else :data:`DEFAULT_DELTA` of its metric)."""
     block = claims_design(config)
-    delta = claim.get("delta", block.get("delta", DEFAULT_DELTA[claim.get("metric", "accuracy")]))
+    metric = claim.get("metric", "accuracy")
+    design_delta = None if metric in TARGET_METRICS else block.get("delta")  # claims_design.delta: accuracy points
+    delta = claim.get("delta", DEFAULT_DELTA[metric] if design_delta is None else design_delta)
     return Design(looks=tuple(block["looks"]), alpha=block["alpha"], delta=delta)
 
 
@@ -339,20 +375,24 @@ def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, p
     for name in evaluated_claims(config, paper, setting):
         claim = config["claims"][name]
         metric = claim.get("metric", "accuracy")
+        fewer = -1.0 if metric in TARGET_METRICS else 1.0  # fewer is better: better - than of the negated = than - better
         design = claim_design(config, claim)
         paper_margin = margin_text(claim, published, f"claims.{name}")
         for cell in claim_cells(config, name):
-            series = [_per_seed(runs, claim["experiment"], cell, a, metric, seeds, pilot, f"claims.{name}")
-                      for a in claim_algorithms(claim)]
+            series = [fewer * _per_seed(runs, claim["experiment"], cell, a, metric_column(claim), seeds, pilot,
+                                        f"claims.{name}") for a in claim_algorithms(claim)]
             common = min(len(s) for s in series)
             series = [s.iloc[:common] for s in series]
             result = decide_claim(claim, series, design)
             used = [s.iloc[:result["used"]] for s in series]
-            diverged = "; ".join(f"{a} diverged (seed {', '.join(map(str, per.index[per.isna()]))})"
+            why = "did not reach the target or diverged" if metric in TARGET_METRICS else "diverged"
+            diverged = "; ".join(f"{a} {why} (seed {', '.join(map(str, per.index[per.isna()]))})"
                                  for a, per in zip(claim_algorithms(claim), used) if per.isna().any())
             pairing = claim.get("pairing", "paired") if "better" in claim else "one-sample"
             comparison = (f"{claim['better']} − {claim['than']}" if "better" in claim
                           else f"{claim['algorithm']} ≥ {claim['at_least']:g}")
+            if metric in TARGET_METRICS:  # fewer is better: what ``better`` saves
+                comparison = f"{claim['than']} − {claim['better']}, to {target_label(claim.get('target'), claim.get('target_fraction'))}"
             rows.append({
                 "claim": name, "paper": experiment_paper(config, claim["experiment"]), "setting": setting,
                 "source": claim["source"], "experiment": claim["experiment"], "dataset": cell[0], "partition": cell[1],
@@ -479,16 +519,23 @@ def protocol_global_accuracy(metrics_path: str | Path, protocol: str) -> float:
 
 
 def _runs_with_global(config: dict, metrics_paths: Iterable[str | Path]) -> pd.DataFrame:
-    """:func:`load_metrics` of the runs; where a claim compares ``global_accuracy``, the protocol's reading of it."""
+    """:func:`load_metrics` of the runs; where a claim compares ``global_accuracy``, the protocol's reading of
+    it; where one compares a time-to-target metric, that metric at its target (:func:`metric_column`)."""
     paths = list(metrics_paths)
     runs = load_metrics(paths)
-    if not any(c.get("metric") == "global_accuracy" for c in (config.get("claims") or {}).values()):
+    claims = (config.get("claims") or {}).values()
+    targets = {metric_column(c): c for c in claims if c.get("metric") in TARGET_METRICS}
+    wants_global = any(c.get("metric") == "global_accuracy" for c in claims)
+    if not targets and not wants_global:
         return runs
     runs = runs.set_index(CELL_COLUMNS)
     for path in paths:
         metrics = json.loads(Path(path).read_text())
         key = tuple(metrics["cell"][c] for c in CELL_COLUMNS)
-        runs.loc[key, "global_accuracy"] = protocol_global_accuracy(path, metrics["protocol"])
+        if wants_global:
+            runs.loc[key, "global_accuracy"] = protocol_global_accuracy(path, metrics["protocol"])
+        for column, claim in targets.items():
+            runs.loc[key, column] = run_time_to_target(path, claim.get("target"), claim.get("target_fraction"))[claim["metric"]]
     return runs.reset_index()
 
 

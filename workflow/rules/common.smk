@@ -127,6 +127,13 @@ def curve_figures():
     return [f"{RESULTS}/figures/curves_{experiment}.png" for experiment in sorted({cell.experiment for cell in CELLS})]
 
 
+def communication_figures():
+    """Per experiment that has cells: accuracy against megabytes sent, and the table of rounds and megabytes to target."""
+    experiments = sorted({cell.experiment for cell in CELLS})
+    return [f"{RESULTS}/figures/bytes_{e}.png" for e in experiments] + [f"{RESULTS}/tables/to_target_{e}.{x}"
+                                                                       for e in experiments for x in ("csv", "md")]
+
+
 # The clustering figures (figures.smk, clustering_figure), by the kind drawn; for each, the file
 # name's suffix (that rule's ``figure`` wildcard), the report subcategory, the methods that have one.
 CLUSTERING_FIGURES = {

@@ -1,4 +1,5 @@
-# Stage 3c: the figures of the runs: accuracy curves per experiment, then the structure the
+# Stage 3c: the figures of the runs: accuracy curves per experiment (against round, and against the
+# megabytes sent with the rounds and megabytes to target), then the structure the
 # clustered methods found (first seed): FLT's relatedness graph and UMAP signatures, FeSEM's and
 # IFCA's cluster assignments (one rule, the kind in the file name), FeMAM's levels.
 
@@ -25,6 +26,38 @@ rule accuracy_curves:
         "../../envs/fedbench.yaml"
     script:
         "../scripts/accuracy_curves.py"
+
+
+rule communication_figure:
+    input:
+        metrics=lambda w: all_runs("metrics.json", w.experiment),
+        histories=lambda w: all_runs("history.csv", w.experiment),
+        code=results_sources(),
+    output:
+        png=report(
+            f"{RESULTS}/figures/bytes_{{experiment}}.png",
+            caption="../report/communication.rst",
+            category=experiment_category,
+            subcategory="Accuracy curves",
+            labels={"experiment": "{experiment}", "figure": "accuracy vs megabytes sent"},
+        ),
+        csv=report(
+            f"{RESULTS}/tables/to_target_{{experiment}}.csv",
+            caption="../report/to_target.rst",
+            category=experiment_category,
+            subcategory="Accuracy curves",
+            labels={"experiment": "{experiment}", "figure": "rounds and megabytes to target"},
+        ),
+        md=f"{RESULTS}/tables/to_target_{{experiment}}.md",
+    log:
+        f"{RESULTS}/logs/figures/bytes_{{experiment}}.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/communication_figure.py"
 
 
 rule clustering_figure:

@@ -198,3 +198,27 @@ def test_the_scaffold_writes_a_plugin_that_imports_registers_and_passes_its_cont
     assert capsys.readouterr().out.splitlines()[-2:] == ["scaffolded: resume: pass", "contract: passed (scaffolded)"]
     assert main(["new", "algorithm", "fedavg", "--dir", str(tmp_path)]) == 2
     assert "algorithm 'fedavg' is already registered" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_example_plugin_runs_in_the_workflow(tmp_path, monkeypatch):
+    """The workflow with the example named in ``plugins`` and importable through PYTHONPATH (as
+    docs/extending.md says): planning checks it, the training jobs import it, the table has its row,
+    and ``make stale``'s listing sees nothing out of date (about 40 s on 2 cores)."""
+    from test_workflow import TINY_CONFIG, snakemake, write_config
+
+    config = load_yaml_strict(TINY_CONFIG)
+    config["plugins"] = ["fedbench_fedavgm.fedavgm"]
+    config["algorithms"] = {"fedavg": {"method": "fedavg"}, "fedavgm": {"method": "fedavgm", "server_lr": 0.5}}
+    config["partitions"] = {"dir0.5": config["partitions"]["dir0.5"]}
+    config["experiments"]["tiny"]["training"]["rounds"] = 2
+    config["experiments"]["tiny"]["grid"][0].update(partitions=["dir0.5"], algorithms=["fedavg", "fedavgm"])
+    configfile = write_config(tmp_path / "config.yaml", config)
+    monkeypatch.setenv("PYTHONPATH", f"{EXAMPLE / 'src'}:{Path(__file__).resolve().parents[1]}")
+    snakemake(tmp_path, "--cores", "2", "results/tables/results.csv", configfile=configfile)
+    table = (tmp_path / "results" / "tables" / "results.csv").read_text()
+    assert "fedavgm" in table
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
+    with scratch_registries():
+        assert stale_outputs({**config, "results": str(tmp_path / "results")}) == []

@@ -30,6 +30,7 @@ GROUP = "fedbench.plugins"
 BUILTINS = ("fedbench.data", "fedbench.models", "fedbench.protocols", "fedbench.algorithms")
 
 LOADED: dict[str, str] = {}  # plugin module -> where it was named
+_INSTALLED: dict[tuple[str, ...], list[tuple[str, str, str]]] = {}  # sys.path -> its plugins (read once per path)
 
 
 class PluginError(ValueError):
@@ -37,12 +38,16 @@ class PluginError(ValueError):
 
 
 def installed() -> list[tuple[str, str, str]]:
-    """``(entry point name, module, distribution)`` of every installed plugin, sorted."""
-    found = []
-    for point in importlib.metadata.entry_points(group=GROUP):
-        distribution = point.dist.name if point.dist is not None else "unknown distribution"
-        found.append((point.name, point.module, distribution))
-    return sorted(found)
+    """``(entry point name, module, distribution)`` of every installed plugin, sorted (read once per
+    ``sys.path``: a package installed while a process runs is seen by the next process)."""
+    key = tuple(sys.path)
+    if key not in _INSTALLED:
+        found = []
+        for point in importlib.metadata.entry_points(group=GROUP):
+            distribution = point.dist.name if point.dist is not None else "unknown distribution"
+            found.append((point.name, point.module, distribution))
+        _INSTALLED[key] = sorted(found)
+    return list(_INSTALLED[key])
 
 
 def load_plugins(modules: Iterable[str] = (), entry_points: bool = True) -> list[str]:

@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from fedbench.plugins import load_plugins
 from fedbench.config import Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
+from fedbench.plugins import load_plugins
 from fedbench.provenance import (
     CELL_SCRIPTS, ENCODER_SCRIPTS, PARTITION_SCRIPTS, cell_roots, changed_files, encoder_roots, partition_roots,
 )

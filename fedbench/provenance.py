@@ -101,15 +101,18 @@ def code_modules(*roots: str) -> list[str]:
 
 def file_hashes(modules: list[str]) -> dict[str, str]:
     """Repository-relative path -> SHA-256 (first 16 hex digits) of every module's source (a plugin's
-    module outside the repository: its path in its package, ``plugin:my_package/method.py``)."""
+    module, wherever it is installed: its path in its package, ``plugin:my_package/method.py``)."""
     out = {}
     for module in modules:
         path = Path(_spec(module).origin).resolve()
-        try:
-            name = str(path.relative_to(REPO))
-        except ValueError:
-            name = "plugin:" + "/".join(module.split(".")[:-1] + [path.name] if path.name != "__init__.py"
-                                        else module.split(".") + [path.name])
+        if module.split(".")[0] != PACKAGE:
+            package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+            name = "plugin:" + "/".join([*package, path.name])
+        else:
+            try:
+                name = str(path.relative_to(REPO))
+            except ValueError:
+                name = str(path)
         out[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     return dict(sorted(out.items()))
 

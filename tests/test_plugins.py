@@ -155,7 +155,8 @@ def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path, monkeypatch):
 
 def test_the_example_plugin_passes_the_contract_and_runs_in_its_grid(tmp_path, monkeypatch):
     """examples/fedbench_fedavgm from its source tree, through the config's ``plugins`` key: its two
-    configs validate, it passes the contract, and one round of its tiny grid's dir0.3 cells runs."""
+    configs validate, it passes the contract, and one round of its tiny grid's dir0.3 cells runs (its
+    module hashed by its name in its package, though it lies in this repository)."""
     monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
     with scratch_registries():
         analogue = load_yaml_strict(EXAMPLE / "config" / "fedmr_analogue.yaml")
@@ -172,6 +173,8 @@ def test_the_example_plugin_passes_the_contract_and_runs_in_its_grid(tmp_path, m
         runs = run_every_cell(config)
         table = summarise(load_metrics(runs))
         assert sorted(table["algorithm"]) == ["fedavg", "fedavg_plus", "fedavgm"]
+        hashed = [set(json.loads(run.read_text())["provenance"]["code_files"]) for run in runs]
+        assert ["plugin:fedbench_fedavgm/fedavgm.py" in files for files in hashed] == [False, False, True]  # in the repo too
         assert "fedbench_fedavgm.fedavgm" in load_plugins()
     assert "fedbench_fedavgm.fedavgm" not in sys.modules
 

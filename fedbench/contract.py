@@ -186,7 +186,10 @@ def trajectory(config: dict, partition: Path, out: Path, stop_after: int | None 
 
 
 def poison_test_rows(data) -> None:
-    """Overwrite every test row of ``data`` in place: large random features, every label shifted by one."""
+    """Overwrite every test row of ``data``: large random features, every label shifted by one (on a
+    copy of its tensors, which a dataset source that caches its arrays may share with other runs)."""
+    object.__setattr__(data, "x", data.x.clone())  # a frozen dataclass: the trainer reads data.x afresh
+    object.__setattr__(data, "y", data.y.clone())
     rows = data.test.union
     noise = torch.Generator().manual_seed(12345)
     data.x[rows] = 10 * torch.randn(data.x[rows].shape, generator=noise).to(data.x)

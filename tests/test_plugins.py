@@ -114,13 +114,17 @@ BROKEN = {
     "failing_import": ("import a_module_that_is_not_there\n" + METHOD,
                        r"ModuleNotFoundError: No module named 'a_module_that_is_not_there'"),
     "registers_nothing": ("X = 1\n", r"registers nothing: its import must register a builder"),
+    "source_without_facts": ('from fedbench.data.sources import DATASETS\n\n\n@DATASETS.register("{name}")\n'
+                             "def load(root):\n    return None\n",
+                             r"ValueError: dataset source 'pulled_\w+': register it with facts=\.\.\.$"),
 }
 
 
 @pytest.mark.parametrize("kind", BROKEN)
 def test_a_broken_plugin_stops_planning_with_one_line_naming_it(kind, tmp_path, monkeypatch):
     """A misspelt hook (left in place, the hook would be switched off silently), a bound on a parameter
-    the builder does not have, an import that fails and a module that registers nothing: each stops
+    the builder does not have, an import that fails, a module that registers nothing and a dataset
+    source without the facts planning sizes cells with: each stops
     validation with one line naming the plugin and the problem, and leaves no half-registered entry."""
     source, problem = BROKEN[kind]
     monkeypatch.syspath_prepend(str(tmp_path / "src"))

@@ -2,7 +2,8 @@
 
 The JSON schema (``workflow/schemas/config.schema.yaml``) checks structure and types; this
 module checks what the schema cannot, from the registries alone: that every name refers to a
-registered source, partitioner, model, algorithm or protocol, that grids name declared entries,
+registered source, partitioner, model, algorithm or protocol (the installed plugins' and the
+config's ``plugins`` included, :mod:`fedbench.plugins`), that grids name declared entries,
 that each entry's parameters are ones its builder accepts with values of its builder's types and
 declared bounds (:meth:`fedbench.registry.Registry.check_params`) and that a parameter naming
 another section's entry (a builder's registered ``refers``) names a declared one, that no
@@ -24,6 +25,7 @@ from fedbench.data import DATASETS, PARTITIONERS
 from fedbench.data.partition import COMMON_KEYS
 from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
 from fedbench.models import MODELS
+from fedbench.plugins import PluginError, load_plugins
 from fedbench.protocols import PROTOCOLS
 from fedbench.registry import UnknownNameError
 from fedbench.validation import check_finite
@@ -74,6 +76,10 @@ def check_entries(config: dict) -> None:
         check_finite(config)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    try:  # installed plugins and the config's own: their builders are checked below like the built-ins
+        load_plugins(config.get("plugins") or ())
+    except PluginError as error:
+        raise ConfigError(f"plugins: {error}") from None
     _check_encoder_datasets(config)
     for section, (key, registry, extra) in SECTIONS.items():
         for name, entry in config.get(section, {}).items():

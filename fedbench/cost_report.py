@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fedbench.config import TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
 from fedbench.cost import cell_cost, estimated_shape, summary_shape, throughputs
+from fedbench.plugins import load_plugins
 from fedbench.results.claims import claim_algorithms, claim_cells, design_seeds, evaluated_claims
 from fedbench.tuning import trial_config, tune_block, tuned_experiments
 from fedbench.validation import load_yaml_strict
@@ -101,6 +102,7 @@ def _hours(value: float, calibrated: bool) -> str:
 def report(path: str) -> str:
     """The cost table of one config file and its summary line."""
     config = load_yaml_strict(path)
+    load_plugins(config.get("plugins") or ())  # a plugin's dataset source, partitioner or model
     costs = config_costs(config)
     partitions = len(expand_partitions(config))
     lines = [f"{path}", f"  {'experiment':<34} {'jobs':>6} {'CPU-hours':>12} {'GPU-hours':>12}"]

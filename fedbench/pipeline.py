@@ -36,6 +36,7 @@ from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.models import build_model
+from fedbench.plugins import load_plugins
 from fedbench.protocols import PROTOCOLS
 from fedbench.provenance import CELL_SCRIPTS, PARTITION_SCRIPTS, cell_roots, partition_roots, provenance
 from fedbench.tracking import TensorBoardLog, tensorboard_dir
@@ -47,6 +48,7 @@ TRAINERS = {"vectorised": VectorisedTrainer, "reference": ReferenceTrainer}
 
 def build_partition(config: dict, dataset: str, partition: str, seed: int, npz_path, json_path) -> None:
     """Partition ``dataset`` with the config's ``partition`` entry and generator seed ``seed``."""
+    load_plugins(config.get("plugins") or ())  # a plugin's dataset source or partitioner
     data = load_dataset(config["datasets"][dataset], config.get("data_root", "data"))
     spec = config["partitions"][partition]
     parts = partition_dataset(data, spec, seed)
@@ -218,6 +220,7 @@ def prepare(config: dict, cell: Cell, partition_npz, out_dir, device: str | None
     """Load the cell's data and partition onto the device, build its model (seeded with the cell's
     seed), federation and algorithm, and fingerprint its settings and code."""
     started = time.perf_counter()
+    load_plugins(config.get("plugins") or ())  # a plugin's algorithm, model or dataset source
     spec = resolve_cell(config, cell)
     dev = resolve_device(device or config.get("device", "auto"))
     if dev.type == "cuda":

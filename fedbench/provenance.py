@@ -7,7 +7,9 @@ changes), and a hash of the code that ran it: the fedbench modules the job runs,
 following the imports of its entry point and of the builders its config entry names (a cell:
 ``fedbench.pipeline`` + its algorithm's, model's and dataset source's modules; a partition:
 ``fedbench.data.partition`` + its partitioner's and dataset source's modules; an encoder:
-``fedbench.algorithms.flt_encoders`` + its dataset source's module).  A package's
+``fedbench.algorithms.flt_encoders`` + its dataset source's module).  A builder from a plugin
+(:mod:`fedbench.plugins`) is hashed the same way: its module and the modules of its own package it
+imports, so editing a plugin makes its cells stale.  A package's
 ``__init__`` is hashed but not followed, so that editing one algorithm's module changes the
 hash of that algorithm's cells only.  The rule's own script (``workflow/scripts/train.py`` and
 the ``common.py`` it imports, for a cell) is hashed too: Snakemake's ``code`` rerun trigger is
@@ -64,11 +66,13 @@ def _defining_module(package: str, name: str) -> str:
 
 @lru_cache(maxsize=None)
 def _imports(module: str) -> tuple[str, ...]:
-    """fedbench modules ``module`` imports (statically, from its source; packages are not followed)."""
+    """fedbench modules and modules of its own top-level package (a plugin's) that ``module`` imports
+    (statically, from its source; packages are not followed)."""
     spec = _spec(module)
     if spec is None or spec.origin is None or _is_package(module):
         return ()
     tree = ast.parse(Path(spec.origin).read_text())
+    followed = {PACKAGE, module.split(".")[0]}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -78,13 +82,13 @@ def _imports(module: str) -> tuple[str, ...]:
             if node.level:
                 parent = module.rsplit(".", node.level)[0]
                 base = f"{parent}.{base}" if base else parent
-            if base == PACKAGE or base.startswith(PACKAGE + "."):
+            if base.split(".")[0] in followed:
                 found += [_defining_module(base, alias.name) for alias in node.names]
-    return tuple(sorted({m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}))
+    return tuple(sorted({m for m in found if m.split(".")[0] in followed}))
 
 
 def code_modules(*roots: str) -> list[str]:
-    """``roots`` and every fedbench module they import, transitively, sorted."""
+    """``roots`` and every fedbench module (and plugin module of a root's package) they import, transitively, sorted."""
     seen, todo = set(), list(roots)
     while todo:
         module = todo.pop()
@@ -96,14 +100,19 @@ def code_modules(*roots: str) -> list[str]:
 
 
 def file_hashes(modules: list[str]) -> dict[str, str]:
-    """Repository-relative path -> SHA-256 (first 16 hex digits) of every module's source."""
+    """Repository-relative path -> SHA-256 (first 16 hex digits) of every module's source (a plugin's
+    module, wherever it is installed: its path in its package, ``plugin:my_package/method.py``)."""
     out = {}
     for module in modules:
         path = Path(_spec(module).origin).resolve()
-        try:
-            name = str(path.relative_to(REPO))
-        except ValueError:
-            name = str(path)
+        if module.split(".")[0] != PACKAGE:
+            package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+            name = "plugin:" + "/".join([*package, path.name])
+        else:
+            try:
+                name = str(path.relative_to(REPO))
+            except ValueError:
+                name = str(path)
         out[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     return dict(sorted(out.items()))
 

@@ -9,7 +9,9 @@ are; ranges are declared next to the builder, either in the hint
 
 A registry may name its ``provider``, the package whose import registers its entries: the
 first lookup imports it (plugin-style, like entry points), so a low layer can hold a registry
-whose builders live in a higher one (``fedbench.algorithm_registry.ALGORITHMS``).
+whose builders live in a higher one (``fedbench.algorithm_registry.ALGORITHMS``).  Every registry
+is listed in :data:`REGISTRIES`, so that :mod:`fedbench.plugins` can tell what a plugin registered
+and take it back when the plugin fails half-way.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Generic, Literal, TypeVar, Union
 
 T = TypeVar("T", bound=Callable)
+
+REGISTRIES: list["Registry"] = []  # every registry, in creation order
 
 
 class UnknownNameError(KeyError):
@@ -203,13 +207,24 @@ class Registry(Generic[T]):
     raise :class:`UnknownNameError` naming the kind of thing and the valid choices.
     """
 
-    def __init__(self, kind: str, check: Callable[[str, T], None] | None = None, provider: str | None = None):
+    def __init__(self, kind: str, check: Callable[[str, T], None] | None = None, provider: str | None = None,
+                 requires: tuple[str, ...] = ()):
         self.kind = kind
+        self._requires = requires  # extras every registration must give (a dataset source's ``facts``)
         self._check = check  # run on every builder at registration (e.g. the algorithm interface)
         self._provider = provider  # imported on the first lookup: its modules register the builders
         self._entries: dict[str, T] = {}
         self._bounds: dict[str, dict[str, list[Range | tuple]]] = {}
         self._extras: dict[str, dict[str, Any]] = {}
+        REGISTRIES.append(self)
+
+    def snapshot(self) -> tuple[dict, dict, dict]:
+        """The registered entries now, for :meth:`restore` (no lookup: the provider is not imported)."""
+        return dict(self._entries), dict(self._bounds), dict(self._extras)
+
+    def restore(self, snapshot: tuple[dict, dict, dict]) -> None:
+        """Forget every entry registered since ``snapshot`` was taken."""
+        self._entries, self._bounds, self._extras = (dict(part) for part in snapshot)
 
     def add_check(self, check: Callable[[str, T], None]) -> None:
         """Run ``check`` on every builder registered from now on (and on those already registered)."""
@@ -234,6 +249,9 @@ class Registry(Generic[T]):
         def add(builder: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
+            missing = [key for key in self._requires if key not in extras]
+            if missing:
+                raise ValueError(f"{self.kind} {name!r}: register it with {', '.join(f'{k}=...' for k in missing)}")
             declared = {key: _as_bounds(bound) for key, bound in (bounds or {}).items()}
             if callable(builder):
                 unknown = set(declared) - set(inspect.signature(builder).parameters)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from fedbench.config import Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
+from fedbench.plugins import load_plugins
 from fedbench.provenance import (
     CELL_SCRIPTS, ENCODER_SCRIPTS, PARTITION_SCRIPTS, cell_roots, changed_files, encoder_roots, partition_roots,
 )
@@ -29,6 +30,7 @@ def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str,
     trial and tuned run of ``config`` whose code has changed since it was produced (cells of ``algorithm`` only,
     where given; its partitions are then left out)."""
     results = config.get("results", "results")
+    load_plugins(config.get("plugins") or ())  # a plugin's cells are hashed with the plugin's code
     out = []
     if algorithm is None:
         for name, entry in config.get("encoders", {}).items():

@@ -14,9 +14,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fedbench"
 # module prefix -> layer (a module belongs to its longest listed prefix; ``fedbench`` is the root
 # package's __init__ only).  A module may import its own layer and the ones below, never above.
 LAYERS = {
-    # 0 core: registries and what config validation tells an algorithm, config-file reading, thread pools
+    # 0 core: registries, plugins and what config validation tells an algorithm, config-file reading, thread pools,
+    # the plugin package scaffold
     "fedbench": 0,
     "fedbench.registry": 0,
+    "fedbench.plugins": 0,
+    "fedbench.scaffold": 0,
     "fedbench.algorithm_registry": 0,
     "fedbench.validation": 0,
     "fedbench.threads": 0,
@@ -38,9 +41,10 @@ LAYERS = {
     # 4 the algorithms (FLT's encoders with them) and their clustering
     "fedbench.algorithms": 4,
     "fedbench.clustering": 4,
-    # 5 one cell's run
+    # 5 one cell's run, and the algorithm contract that runs cells
     "fedbench.pipeline": 5,
     "fedbench.tracking": 5,  # the optional TensorBoard log of a running cell
+    "fedbench.contract": 5,
     # 6 tables, figures, scorecards and claims of finished runs (the gamma sweep reruns cells)
     "fedbench.results": 6,
     # 7 workflow level: the full config validation and what its jobs would hit, the stale-results CLI, the cost report
@@ -48,6 +52,7 @@ LAYERS = {
     "fedbench.stale": 7,
     "fedbench.cost_report": 7,
     "fedbench.preflight": 7,
+    "fedbench.__main__": 7,  # python -m fedbench: new (the scaffold), contract
 }
 
 

@@ -53,7 +53,7 @@ class ArrayDataset:
         return np.zeros(0, np.int64) if self.test_mask is None else np.flatnonzero(self.test_mask)
 
 
-DATASETS: Registry = Registry("dataset source")
+DATASETS: Registry = Registry("dataset source", requires=("facts",))  # planning sizes every cell from them
 
 
 @dataclass(frozen=True)

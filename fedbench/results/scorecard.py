@@ -38,6 +38,7 @@ from typing import Callable, Iterable, NamedTuple
 import pandas as pd
 
 from fedbench.algorithm_registry import algorithm_class
+from fedbench.plugins import load_plugins
 from fedbench.data.partition_file import atomic_write
 from fedbench.protocols import PROTOCOLS, Protocol
 from fedbench.results.agreement import STD_ERROR, agreement, spread, statistic_of
@@ -126,6 +127,7 @@ class _Sources:
         self.published = published if "notes" in published else published.assign(notes="")
         self.statistics = {key: statistic_of(group["notes"]) for key, group in self.published.groupby(["paper", "table"])}
         self._entries = config.get("algorithms", {})
+        load_plugins(config.get("plugins") or ())  # a plugin algorithm's history_note
         self._histories: dict[Path, pd.DataFrame] = {}
         self._notes: dict[str, Callable[[pd.DataFrame], str]] = {}
 

@@ -1,0 +1,1 @@
+"""FedAvgM as a fedbench plugin (the method lives in :mod:`fedbench_fedavgm.fedavgm`)."""

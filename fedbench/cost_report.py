@@ -28,6 +28,7 @@ from fedbench.tuning import trial_config, tune_block, tuned_experiments
 from fedbench.validation import load_yaml_strict
 
 DEVICES = ("cpu", "cuda")
+ADDED_SEEDS = "claims: added seeds, at most"  # the row of the jobs the claims' looks may add
 
 
 def cell_shape(config: dict, cell, spec: dict):
@@ -66,7 +67,7 @@ def planned_jobs(config: dict):
             added.update((s, Cell(claim["experiment"], d, p, m, a, seed)) for s in settings
                          for a in claim_algorithms(claim) for seed in extra)
     for _, cell in sorted(added):
-        yield "claims: added seeds, at most", cell, config
+        yield ADDED_SEEDS, cell, config
 
 
 def config_costs(config: dict) -> dict[str, dict]:

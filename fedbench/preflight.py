@@ -20,9 +20,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbench.config import TRAINING_DEFAULTS, Cell, ConfigError, expand_cells, expand_partitions, resolve_cell
+from fedbench.config import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, resolve_cell
 from fedbench.cost import cell_cost, device_kind
-from fedbench.cost_report import cell_shape
+from fedbench.cost_report import ADDED_SEEDS, cell_shape, planned_jobs
 from fedbench.data.sources import missing_files
 
 LONG_CELL_DAYS = 7  # a cell estimated longer than this on its device is refused unless allow_long: true
@@ -177,16 +177,20 @@ class PlanEstimate:
 
 
 def plan_estimate(config: dict, device: str, place: Workplace) -> PlanEstimate:
-    """Every cell's estimated run time on ``device`` (``cpu``, ``cuda``): the sum and the longest."""
-    total, largest, longest, calibrated = 0.0, None, 0.0, True
-    cells = expand_cells(config)
-    for cell in cells:
-        cost = cell_cost(*_cell_inputs(config, cell, place), device)
+    """Every training job's estimated run time on ``device`` (``cpu``, ``cuda``): the cells, tuning trials
+    and tuned runs (:func:`fedbench.cost_report.planned_jobs`; not the seeds the claims' looks may add,
+    which depend on the runs), the sum and the longest."""
+    total, largest, longest, calibrated, jobs = 0.0, None, 0.0, True, 0
+    for row, cell, cfg in planned_jobs(config):
+        if row == ADDED_SEEDS:
+            continue
+        cost = cell_cost(*_cell_inputs(cfg, cell, place), device)
+        jobs += 1
         total += cost.seconds
         calibrated &= cost.calibrated
         if cost.seconds > longest:
             largest, longest = cell, cost.seconds
-    return PlanEstimate(device, len(cells), total, largest, longest, calibrated)
+    return PlanEstimate(device, jobs, total, largest, longest, calibrated)
 
 
 def check_run_length(config: dict, estimate: PlanEstimate, place: Workplace) -> None:

@@ -144,6 +144,9 @@ def test_the_estimate_is_one_line_on_the_device_the_jobs_use(tmp_path):
     assert "GPU-hours (one GPU per job)" in on_gpu.line()
     assert plan_device("auto", train_gpus=1) == "cuda" and plan_device("cuda:1") == "cuda" and plan_device("cpu", 1) == "cpu"
     assert [duration(s) for s in (59, 600, 7200, 8 * 86400, 3e9)] == ["59 s", "10 min", "2.0 h", "8.0 days", "95 years"]
+    tuned = copy.deepcopy(TINY)  # 4 cells; tuned: 3 trials x 4 entries-and-cells, 4 tuned runs on seed 0
+    tuned["experiments"]["tiny"]["tune"] = {"trials": 3, "seeds": [50]}
+    assert check_workplace({**tuned, "device": "cpu"}, Workplace(REPO, tmp_path)).jobs == 4 + 12 + 4
 
 
 def test_the_switches_are_booleans_of_the_schema():

@@ -174,8 +174,13 @@ def plot_accuracy_vs_bytes(run_dirs: Iterable[str | Path], path: str | Path, ord
     import seaborn as sns
 
     data = order_rows(_histories(run_dirs), orders).dropna(subset=["accuracy_pct"])
-    if data.empty:
-        raise ValueError("no evaluated round with an accuracy in these runs")
+    if data.empty:  # every run diverged before its first evaluation: a figure that says so, as the curves do
+        fig = Figure(figsize=(6, 2))
+        fig.text(0.5, 0.5, "no evaluated round with an accuracy: every run diverged", ha="center", va="center")
+        if title:
+            fig.suptitle(title)
+        atomic_write(path, lambda p: fig.savefig(p, dpi=120, format=Path(path).suffix[1:]))
+        return
     panels = list(dict.fromkeys(data[PANEL].itertuples(index=False, name=None)))
     algorithms = list(dict.fromkeys(data["algorithm"]))
     palette = dict(zip(algorithms, sns.color_palette("colorblind", len(algorithms))))

@@ -64,8 +64,9 @@ rerun-stale: $(STAMP)
 	echo "rerunning: $$stale"; \
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --forcerun $$stale
 
+# two workers, each test file on one of them (module fixtures such as the tiny workflow run are built once)
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 mutation: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[mutation]'

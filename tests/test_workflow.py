@@ -274,7 +274,7 @@ def test_editing_a_partition_reruns_only_what_depends_on_it(tiny_run, tmp_path):
     process = snakemake(tiny_run, "-n", configfile=edited)
     assert planned_jobs(process.stdout) == {
         "partition": 1, "partition_heatmap": 1, "train_cell": 2, "results_table": 1, "paper_results_table": 1,
-        "accuracy_curves": 1, "communication_figure": 1, "all": 1,
+        "accuracy_curves": 1, "all": 1,
     }, process.stdout[-3000:]
 
 
@@ -287,7 +287,7 @@ def test_tables_rebuild_a_deleted_run(tiny_run):
     shutil.rmtree(run)
     process = snakemake(tiny_run, "-n", "tables", configfile=configfile)
     assert planned_jobs(process.stdout) == {
-        "train_cell": 1, "results_table": 1, "paper_results_table": 1, "accuracy_curves": 1, "communication_figure": 1,
+        "train_cell": 1, "results_table": 1, "paper_results_table": 1, "accuracy_curves": 1,
         "tables": 1,
     }, process.stdout[-3000:]
     snakemake(tiny_run, "--cores", "2", "tables", configfile=configfile)

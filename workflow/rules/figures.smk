@@ -17,6 +17,22 @@ rule accuracy_curves:
             subcategory="Accuracy curves",
             labels={"experiment": "{experiment}", "figure": "accuracy vs round"},
         ),
+        # the same runs against the megabytes they sent, and the rounds and megabytes to target: one job
+        bytes=report(
+            f"{RESULTS}/figures/bytes_{{experiment}}.png",
+            caption="../report/communication.rst",
+            category=experiment_category,
+            subcategory="Accuracy curves",
+            labels={"experiment": "{experiment}", "figure": "accuracy vs megabytes sent"},
+        ),
+        to_target_csv=report(
+            f"{RESULTS}/tables/to_target_{{experiment}}.csv",
+            caption="../report/to_target.rst",
+            category=experiment_category,
+            subcategory="Accuracy curves",
+            labels={"experiment": "{experiment}", "figure": "rounds and megabytes to target"},
+        ),
+        to_target_md=f"{RESULTS}/tables/to_target_{{experiment}}.md",
     log:
         f"{RESULTS}/logs/figures/curves_{{experiment}}.log",
     resources:
@@ -26,38 +42,6 @@ rule accuracy_curves:
         "../../envs/fedbench.yaml"
     script:
         "../scripts/accuracy_curves.py"
-
-
-rule communication_figure:
-    input:
-        metrics=lambda w: all_runs("metrics.json", w.experiment),
-        histories=lambda w: all_runs("history.csv", w.experiment),
-        code=results_sources(),
-    output:
-        png=report(
-            f"{RESULTS}/figures/bytes_{{experiment}}.png",
-            caption="../report/communication.rst",
-            category=experiment_category,
-            subcategory="Accuracy curves",
-            labels={"experiment": "{experiment}", "figure": "accuracy vs megabytes sent"},
-        ),
-        csv=report(
-            f"{RESULTS}/tables/to_target_{{experiment}}.csv",
-            caption="../report/to_target.rst",
-            category=experiment_category,
-            subcategory="Accuracy curves",
-            labels={"experiment": "{experiment}", "figure": "rounds and megabytes to target"},
-        ),
-        md=f"{RESULTS}/tables/to_target_{{experiment}}.md",
-    log:
-        f"{RESULTS}/logs/figures/bytes_{{experiment}}.log",
-    resources:
-        mem_mb=1000,
-        runtime=10,
-    conda:
-        "../../envs/fedbench.yaml"
-    script:
-        "../scripts/communication_figure.py"
 
 
 rule clustering_figure:

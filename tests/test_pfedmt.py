@@ -281,24 +281,30 @@ def test_rounds_through_the_federation_by_hand(teams, weighting, global_step):
         torch.testing.assert_close(algo.client_models(fed, state, 2)[p], torch.stack([th[p] for th in theta]), atol=1e-5, rtol=1e-4)
 
 
-def test_a_device_without_training_rows_takes_only_the_proximal_pull():
-    """pFedMT (Algorithm 1, line 6 / Eq. 10) with device 1 holding no training rows: its f_ij contributes no
-    gradient, so theta_1j <- theta_1j - alpha lam (theta_1j - w_i) only (from theta = w_i it stays on its team
-    model), and its loss is 0.  Uniform delta (line 8) puts its theta into its team's model, so the whole
-    round is compared with :func:`pfedmt_by_hand` (two rounds, K = L = 2, two teams)."""
-    data = make_data([6, 0, 5, 3, 4], test=2)
+def two_uniform_rounds(sizes: list[int], hp: dict, seed: int):
+    """Two rounds of pFedMT (uniform weights) on an MLP over clients of ``sizes`` rows in teams 7, 7, 3, 3, 3:
+    the federation, the algorithm, its state and last losses, the initial weights, the teams."""
+    data = make_data(sizes, test=2)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
-    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=3, lr=0.1), seed=5)
+    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=3, lr=0.1), seed=seed)
     teams = [7, 7, 3, 3, 3]
     fed.teams = np.array(teams)
-    hp = {"team_iterations": 2, "local_iterations": 2, "alpha": 0.1, "eta": 0.2, "lam": 2.0, "gamma": 0.5, "beta": 0.8}
     algo = ALGORITHMS["pfedmt"](**hp, weighting="uniform")
     initial = model_weights(model)
     state = algo.init(fed, initial)
     for t in (1, 2):
         state, loss = algo.round(fed, state, t)
+    return fed, algo, state, loss, initial, teams
 
+
+def test_a_device_without_training_rows_takes_only_the_proximal_pull():
+    """pFedMT (Algorithm 1, line 6 / Eq. 10) with device 1 holding no training rows: its f_ij contributes no
+    gradient, so theta_1j <- theta_1j - alpha lam (theta_1j - w_i) only (from theta = w_i it stays on its team
+    model), and its loss is 0.  Uniform delta (line 8) puts its theta into its team's model, so the whole
+    round is compared with :func:`pfedmt_by_hand` (two rounds, K = L = 2, two teams)."""
+    hp = {"team_iterations": 2, "local_iterations": 2, "alpha": 0.1, "eta": 0.2, "lam": 2.0, "gamma": 0.5, "beta": 0.8}
+    fed, algo, state, loss, initial, teams = two_uniform_rounds([6, 0, 5, 3, 4], hp, seed=5)
     x, theta, expected_loss = pfedmt_by_hand(fed, initial, teams, 2, hp, "uniform", "eq4")
     assert expected_loss[1] == 0
     torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
@@ -376,19 +382,9 @@ def test_device_lambda_through_the_federation_by_hand():
     """``ALGORITHMS["pfedmt"](device_lam=...)`` on an MLP and real minibatches against
     :func:`pfedmt_by_hand` with the device step's lambda (3.0) apart from the team step's (2.0): two rounds
     of K = L = 2, two unequal teams, uniform weights (the PerMFL_1 code's reading)."""
-    data = make_data([6, 2, 5, 3, 4], test=2)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
-    fed = make_federation(data, model, LocalSGD(epochs=1, batch_size=3, lr=0.1), seed=3)
-    teams = [7, 7, 3, 3, 3]
-    fed.teams = np.array(teams)
     hp = {"team_iterations": 2, "local_iterations": 2, "alpha": 0.1, "eta": 0.2, "lam": 2.0, "gamma": 0.5, "beta": 0.8,
           "device_lam": 3.0}
-    algo = ALGORITHMS["pfedmt"](**hp, weighting="uniform")
-    initial = model_weights(model)
-    state = algo.init(fed, initial)
-    for t in (1, 2):
-        state, loss = algo.round(fed, state, t)
+    fed, algo, state, loss, initial, teams = two_uniform_rounds([6, 2, 5, 3, 4], hp, seed=3)
     x, theta, expected_loss = pfedmt_by_hand(fed, initial, teams, 2, hp, "uniform", "eq4")
     torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
     for p in x:

@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import tiny_digits_config
 
@@ -220,11 +221,16 @@ def test_the_example_plugin_runs_in_the_workflow(tmp_path, monkeypatch):
     config["partitions"] = {"dir0.5": config["partitions"]["dir0.5"]}
     config["experiments"]["tiny"]["training"]["rounds"] = 2
     config["experiments"]["tiny"]["grid"][0].update(partitions=["dir0.5"], algorithms=["fedavg", "fedavgm"])
+    config["claims"] = {"fedavgm_beats_fedavg": {"source": "the example's claim (Hsu et al. 2019, Fig. 3)",
+                                                 "experiment": "tiny", "better": "fedavgm", "than": "fedavg"}}
     configfile = write_config(tmp_path / "config.yaml", config)
     monkeypatch.setenv("PYTHONPATH", f"{EXAMPLE / 'src'}:{Path(__file__).resolve().parents[1]}")
-    snakemake(tmp_path, "--cores", "2", "results/tables/results.csv", configfile=configfile)
+    snakemake(tmp_path, "--cores", "2", "results/tables/results.csv", "results/tables/default/claims.csv",
+              configfile=configfile)
     table = (tmp_path / "results" / "tables" / "results.csv").read_text()
     assert "fedavgm" in table
+    claims = pd.read_csv(tmp_path / "results" / "tables" / "default" / "claims.csv")  # the plugin in a claim, read
+    assert claims[["claim", "comparison", "n"]].values.tolist() == [["fedavgm_beats_fedavg", "fedavgm − fedavg", 1]]
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
     with scratch_registries():

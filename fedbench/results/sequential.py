@@ -66,10 +66,6 @@ class Design:
         """Two-sided confidence of each look's interval: ``1 - 2 alpha / L``."""
         return 1 - 2 * self.per_look_alpha
 
-    @property
-    def cap(self) -> int:
-        return self.looks[-1]
-
 
 def decide(low, high, delta=math.inf, reference=0.0, threshold: bool = False):
     """The verdict of intervals ``[low, high]`` (arrays or scalars): holds above ``reference`` (a

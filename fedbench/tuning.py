@@ -32,8 +32,9 @@ import pandas as pd
 from scipy.stats import qmc
 
 from fedbench.algorithm_registry import ALGORITHMS
-from fedbench.config import TRAINING_DEFAULTS, ConfigError
+from fedbench.config import TRAINING_DEFAULTS, Cell, ConfigError, resolve_cell, results_settings
 from fedbench.data.partition_file import atomic_write
+from fedbench.provenance import CELL_SCRIPTS, cell_roots, changed_files
 from fedbench.search_space import COMMON_SEARCH, LogRange, Relative, check_space
 
 SELECTION_METRICS = {"val_acc_mean": "max", "val_acc_pooled": "max", "val_f1_mean": "max", "val_loss_mean": "min"}
@@ -229,6 +230,35 @@ def write_selection(config: dict, experiment: str, algorithm: str, history_paths
     atomic_write(trials_path, lambda p: table.to_csv(p, index=False))
     atomic_write(chosen_path, lambda p: Path(p).write_text(json.dumps(record, indent=1)))
     return record
+
+
+RUN_FILES = ("history.csv", "clients.csv", "metrics.json")
+"""The files a finished run leaves (metrics.json written last)."""
+
+
+def reusable_paper_run(config: dict, chosen_config: dict, cell: Cell) -> Path | None:
+    """The paper-setting run of ``cell`` where tuning chose the configured setting: the run directory
+    when ``chosen_config`` gives the cell the same settings as ``config`` (every setting its numbers
+    depend on) and that run has finished with the code now (its recorded provenance unchanged), so a
+    tuned run would compute the same numbers (same seed, same settings, same code); else None."""
+    spec = resolve_cell(config, cell)
+    if results_settings(resolve_cell(chosen_config, cell)) != results_settings(spec):
+        return None
+    run = Path(cell.run_dir(config.get("results", "results")))
+    if not all((run / name).exists() for name in RUN_FILES):
+        return None
+    recorded = json.loads((run / "metrics.json").read_text()).get("provenance")
+    return run if changed_files(recorded, cell_roots(spec), CELL_SCRIPTS) == [] else None
+
+
+def copy_run(source: Path, out_dir: Path) -> None:
+    """The run files of ``source`` into ``out_dir`` (each atomically, metrics.json last), the metrics
+    naming the run they come from (``reused_from``)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES[:-1]:
+        atomic_write(out_dir / name, lambda p, name=name: Path(p).write_bytes((source / name).read_bytes()))
+    metrics = {**json.loads((source / "metrics.json").read_text()), "reused_from": str(source)}
+    atomic_write(out_dir / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))
 
 
 # ---- validation of the tune: blocks ------------------------------------------------------------

@@ -4,6 +4,7 @@ selection that never reads a test column -- shown by poisoning the test split of
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -226,3 +227,30 @@ def test_make_stale_looks_at_every_trial_and_tuned_run():
     assert len(trials) == 3 * 4 and len(tuned) == 3 * 4  # 3 entries x 4 trials x seed 50; 3 entries x seeds 0-3
     assert "unused/tuning/trials/e/digits/dir/mlr/fedprox/trial3/seed50/metrics.json" in trials
     assert "unused/tuned/runs/e/digits/dir/mlr/ifca/seed3/metrics.json" in tuned
+
+
+def test_a_tuned_run_at_the_configured_setting_copies_the_paper_run(tmp_path, tuning_partitions):
+    """Where tuning chose trial 0 (the configured setting), the finished paper-setting run of the same seed is
+    what a tuned run would compute -- shown by training it again -- and is copied; another setting, or code
+    changed since the paper run, trains."""
+    from fedbench.tuning import copy_run, reusable_paper_run
+
+    config = {**copy.deepcopy(CONFIG), "results": str(tmp_path / "results")}
+    cell = Cell("e", "digits", "dir", "mlr", "fedavg", 50)
+    paper = Path(cell.run_dir(config["results"]))
+    chosen = [apply_setting(config, "e", "fedavg", s) for s in trial_settings(config, "e", "fedavg")]
+    assert reusable_paper_run(config, chosen[0], cell) is None  # no paper run yet
+    run_cell(config, cell, tuning_partitions / "clean.npz", paper)
+    assert reusable_paper_run(config, chosen[0], cell) == paper
+    assert reusable_paper_run(config, chosen[1], cell) is None  # another learning rate
+    copy_run(paper, tmp_path / "copied")
+    run_cell(chosen[0], cell, tuning_partitions / "clean.npz", tmp_path / "trained")
+    for name in ("history.csv", "clients.csv"):
+        assert (tmp_path / "copied" / name).read_bytes() == (tmp_path / "trained" / name).read_bytes()
+    copied = json.loads((tmp_path / "copied" / "metrics.json").read_text())
+    trained = json.loads((tmp_path / "trained" / "metrics.json").read_text())
+    assert copied["final"] == trained["final"] and copied["reused_from"] == str(paper)
+    metrics = json.loads((paper / "metrics.json").read_text())
+    metrics["provenance"]["code_files"]["fedbench/config.py"] = "0" * 16  # as if config.py had changed since
+    (paper / "metrics.json").write_text(json.dumps(metrics))
+    assert reusable_paper_run(config, chosen[0], cell) is None

@@ -17,6 +17,8 @@ rule train_cell:
     benchmark:
         f"{RESULTS}/benchmarks/train/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}.tsv"
     threads: 1
+    # ahead of the tuned runs: one whose tuning chose the configured setting copies this run (train_tuned.py)
+    priority: 1
     resources:
         # from the cost model (fedbench/cost.py, config/throughputs.yaml); docs/cluster.md, "Cost and resources"
         mem_mb=train_mem_mb,

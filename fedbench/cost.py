@@ -10,10 +10,13 @@ training, forward for evaluation), and the samples it processes from the cell:
   a global model (:data:`EVALUATED_MODELS`; a global test set counts its distinct rows once, as
   the shared-model path scores them); every ``train_eval_every`` rounds the training samples.
 
-Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device, from
-``config/throughputs.yaml`` (``benchmarks/throughputs.py`` refreshes it), plus a fixed per-job
-overhead and a per-round one (sampling, aggregation, the evaluation's bookkeeping: what FLOPs do
-not count); a job requests ``safety_factor`` x that.  Where the file has no measured figure for
+Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device at the
+cell's input resolution (:func:`family_rate`), from ``config/throughputs.yaml``
+(``benchmarks/throughputs.py`` refreshes it), plus a fixed per-job overhead and a per-round one
+(sampling, aggregation, the evaluation's bookkeeping: what FLOPs do not count); a job requests
+``safety_factor`` x that.  FeMAM trains only its newest level in a round; its frozen levels'
+forward passes count (:func:`mean_levels`).  Under ``device: auto`` with a GPU, :func:`choose_device`
+sends a cell to the CPU where it is estimated faster there.  Where the file has no measured figure for
 a family on a device, the device's ``assumed`` throughput stands in and the estimate is
 reported as uncalibrated.
 

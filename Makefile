@@ -1,7 +1,8 @@
 # make run           the default suite (config/config.yaml; CONFIG=other.yaml for another) and its HTML report
 # make test          the test suite
 # make unlock        remove the lock a killed run left behind (docs/troubleshooting.md)
-# make cost          training jobs, CPU-hours and GPU-hours per experiment of CONFIG, before any job (fedbench/cost_report.py)
+# make cost          training jobs, CPU-hours and GPU-hours per experiment of CONFIG, before any job (fedbench/cost_report.py);
+#                    CHECK=<results root>: the estimate of every finished run there against its measured wall time
 # make bench-gpu     engine benchmark of every model family at the papers' client counts on the GPU; refreshes
 #                    config/throughputs.yaml (bench-cpu: a few clients on the CPU; BENCH_ARGS="--size tiny" to try it)
 # make stale         list finished cells whose code changed since they ran (ALGORITHM=name: one algorithm)
@@ -46,7 +47,7 @@ unlock: $(STAMP)
 	$(BIN)/snakemake --unlock --configfile $(CONFIG)
 
 cost: $(STAMP)
-	$(BIN)/python -m fedbench.cost_report $(CONFIG)
+	$(BIN)/python -m fedbench.cost_report $(if $(CHECK),$(addprefix --check ,$(CHECK)),$(CONFIG))
 
 bench-gpu: $(STAMP)
 	$(BIN)/python benchmarks/throughputs.py --device cuda --size paper $(BENCH_ARGS)

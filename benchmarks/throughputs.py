@@ -13,6 +13,12 @@ unless ``--output`` names a file).
     python benchmarks/throughputs.py --device cuda --size paper
     python benchmarks/throughputs.py --device cpu --size cpu --threads 2
     python benchmarks/throughputs.py --device cpu --size tiny --families mlp --output /tmp/t.yaml
+    python benchmarks/throughputs.py --device cuda --size paper --families resnet9 --image-size 64   # Tiny ImageNet
+
+The cost model keys a convolutional family's figure by input resolution (``fedbench.cost.family_rate``):
+every entry records its ``input``; ``--image-size N`` measures at N x N and writes ``<family>@NxN``
+beside the family's own figure (a cell at a resolution without a figure is estimated from the
+nearest one and reported uncalibrated).
 """
 
 from __future__ import annotations
@@ -29,17 +35,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fedbench.cost import THROUGHPUTS, device_kind, model_cost  # noqa: E402
+from fedbench.cost import BENCHMARK_INPUTS, FLAT_FAMILIES, THROUGHPUTS, device_kind, model_cost  # noqa: E402
 
 # family -> (engine_round --model, input shape, classes); the cost model maps architectures to these
-FAMILIES = {
-    "mlp": ("mlp", (784,), 10),
-    "fedavg_cnn": ("fedavg_cnn", (1, 28, 28), 10),
-    "leaf_cnn": ("leaf_cnn", (1, 28, 28), 10),
-    "resnet9": ("resnet9", (3, 32, 32), 10),
-    "resnet20": ("resnet20", (3, 32, 32), 10),
-    "vgg16": ("vgg16", (3, 32, 32), 10),
-}
+FAMILIES = {family: (family, shape, 10) for family, shape in BENCHMARK_INPUTS.items()}
 # size -> family -> (clients, samples per client, batch, test samples per client, repeats, warm-up)
 SIZES = {
     # the papers' settings: FedAvg's 20 clients x 600 at batch 10 (MLP, CNNs), FeMAM's 50 x 900 at
@@ -59,12 +58,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--families", default=",".join(FAMILIES), help="comma-separated subset of: " + ", ".join(FAMILIES))
     p.add_argument("--threads", type=int, default=None, help="torch threads in each benchmark")
     p.add_argument("--skip", default="", help="engine_round --skip (e.g. reference: the slow per-client loop)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="side of the square input images (convolutional families); written as <family>@<N>x<N>")
     p.add_argument("--output", default=None, help=f"throughput file to update (default {THROUGHPUTS.relative_to(REPO)}; "
                                                   "--size tiny writes only with this)")
     return p.parse_args(argv)
 
 
-def run_family(family: str, size: str, device: str, threads: int | None, skip: str) -> dict:
+def input_shape(family: str, image_size: int | None) -> tuple[int, ...]:
+    """The input ``family`` is measured at: the benchmark's, or N x N images (``--image-size``)."""
+    shape = FAMILIES[family][1]
+    return shape if image_size is None or family in FLAT_FAMILIES else (shape[0], image_size, image_size)
+
+
+def run_family(family: str, size: str, device: str, threads: int | None, skip: str, image_size: int | None = None) -> dict:
     """One engine_round run of ``family``; its JSON result."""
     model, _, classes = FAMILIES[family]
     clients, samples, batch, test, repeats, warmup = SIZES[size][family]
@@ -73,15 +80,17 @@ def run_family(family: str, size: str, device: str, threads: int | None, skip: s
                "--eval", "--test-samples", str(test), "--repeats", str(repeats), "--warmup", str(warmup)]
     command += ["--threads", str(threads)] if threads else []
     command += ["--skip", skip] if skip else []
+    command += ["--image-size", str(image_size)] if image_size and family not in FLAT_FAMILIES else []
     process = subprocess.run(command, capture_output=True, text=True, check=False)
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr[-3000:]}")
     return json.loads(process.stdout.strip().splitlines()[-1])
 
 
-def throughput(family: str, result: dict) -> dict:
+def throughput(family: str, result: dict, image_size: int | None = None) -> dict:
     """FLOP/s of the vectorised engine's training and evaluation in ``result``."""
-    _, shape, classes = FAMILIES[family]
+    _, _, classes = FAMILIES[family]
+    shape = input_shape(family, image_size)
     cost = model_cost({"arch": "mlp", "hidden": [200]} if family == "mlp" else {"arch": FAMILIES[family][0]}, shape, classes)
     ms = result["ms_per_round"]
     trained = result["clients"] * result["samples"] * result["epochs"] * cost.train_flops
@@ -90,6 +99,7 @@ def throughput(family: str, result: dict) -> dict:
         "train": float(f"{trained / (ms['vectorised'] / 1000):.4g}"),
         "eval": float(f"{scored / (ms['eval_vectorised'] / 1000):.4g}"),
         "measured": f"{datetime.date.today()}, {result['device']}, torch {result['torch']}, {result['threads']} threads",
+        "input": list(shape),
         "setting": f"{result['clients']} clients x {result['samples']} samples, batch {result['batch_size']}, "
                    f"{result['test_samples']} test samples each, median of {result['repeats']}",
         "ms_per_round": result["ms_per_round"],
@@ -104,11 +114,13 @@ def main(argv=None) -> int:
     output = Path(args.output) if args.output else (None if args.size == "tiny" else THROUGHPUTS)
     measured = {}
     for family in filter(None, args.families.split(",")):
-        result = run_family(family, args.size, args.device, args.threads, args.skip)
+        result = run_family(family, args.size, args.device, args.threads, args.skip, args.image_size)
         result["test_samples"] = SIZES[args.size][family][3]
-        measured[family] = throughput(family, result)
-        row = measured[family]
-        print(f"{family:>10}: train {row['train'] / 1e9:8.2f} GFLOP/s, eval {row['eval'] / 1e9:8.2f} GFLOP/s; "
+        shape = input_shape(family, args.image_size)
+        key = family if shape == FAMILIES[family][1] else f"{family}@{shape[-2]}x{shape[-1]}"
+        measured[key] = throughput(family, result, args.image_size)
+        row = measured[key]
+        print(f"{key:>10}: train {row['train'] / 1e9:8.2f} GFLOP/s, eval {row['eval'] / 1e9:8.2f} GFLOP/s; "
               f"ms/round {row['ms_per_round']}; DataLoader/vectorised {row['speedup_vs'].get('dataloader', '-')}x", flush=True)
     if output is None:
         return 0

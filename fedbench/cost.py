@@ -10,10 +10,13 @@ training, forward for evaluation), and the samples it processes from the cell:
   a global model (:data:`EVALUATED_MODELS`; a global test set counts its distinct rows once, as
   the shared-model path scores them); every ``train_eval_every`` rounds the training samples.
 
-Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device, from
-``config/throughputs.yaml`` (``benchmarks/throughputs.py`` refreshes it), plus a fixed per-job
-overhead and a per-round one (sampling, aggregation, the evaluation's bookkeeping: what FLOPs do
-not count); a job requests ``safety_factor`` x that.  Where the file has no measured figure for
+Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device at the
+cell's input resolution (:func:`family_rate`), from ``config/throughputs.yaml``
+(``benchmarks/throughputs.py`` refreshes it), plus a fixed per-job overhead and a per-round one
+(sampling, aggregation, the evaluation's bookkeeping: what FLOPs do not count); a job requests
+``safety_factor`` x that.  FeMAM trains only its newest level in a round; its frozen levels'
+forward passes count (:func:`mean_levels`).  Under ``device: auto`` with a GPU, :func:`choose_device`
+sends a cell to the CPU where it is estimated faster there.  Where the file has no measured figure for
 a family on a device, the device's ``assumed`` throughput stands in and the estimate is
 reported as uncalibrated.
 
@@ -72,7 +75,10 @@ def summary_shape(summary: dict) -> CellShape:
 def estimated_shape(dataset: dict, partition: dict) -> CellShape:
     """The shape of a partition before it exists: clients from the partition entry (or its
     partitioner's default, or the dataset's users), samples from the dataset's registered facts
-    (FEMNIST and Synthetic, whose sizes depend on files or draws: their typical sizes per user)."""
+    (FEMNIST and Synthetic, whose sizes depend on files or draws: their typical sizes per user), split
+    as the partition splits them: its registered ``sizes`` where it splits the data itself (FeMAM's
+    partitions: the official test set, validation from the training samples), else ``test_fraction``
+    of the samples and ``val_fraction`` of the rest; ``sample_fraction`` scales the data down."""
     from fedbench.data import DATASETS, PARTITIONERS
     from fedbench.data.partition import COMMON_KEYS
     from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
@@ -91,10 +97,17 @@ def estimated_shape(dataset: dict, partition: dict) -> CellShape:
     if kind_params.get("samples_per_client") and clients:
         samples = min(samples, clients * kind_params["samples_per_client"])
     clients = int(clients or 1)
-    held_out = partition.get("test_fraction", 0.25) + partition.get("val_fraction", 0.0)
-    if partition.get("test_set") == "global":
-        held_out = GLOBAL_TEST_SHARE
-    train = int(samples * (1 - held_out))
+    sizes = PARTITIONERS.extra(partition["kind"], "sizes")
+    sizes = sizes(kind_params, facts) if sizes else None
+    if sizes:  # a partition that splits the data itself (FeMAM's: official test set, validation from training)
+        train, val, test = sizes
+        samples = train + val + test
+    else:  # the generic split: test_fraction of each client's samples, then val_fraction of the rest
+        samples = int(samples * kind_params.get("sample_fraction", 1.0))
+        test_share = partition.get("test_fraction", 0.25)
+        if partition.get("test_set") == "global":
+            test_share = facts.test_samples / (facts.num_samples or samples) if facts.test_samples else GLOBAL_TEST_SHARE
+        train = int(samples * (1 - test_share) * (1 - partition.get("val_fraction", 0.0)))
     return CellShape(
         num_clients=clients, train_samples=train, eval_samples=samples - train,
         largest_client=max(1, 2 * train // clients),  # a skewed partition's largest client: twice the mean
@@ -106,29 +119,69 @@ def estimated_shape(dataset: dict, partition: dict) -> CellShape:
 # ---- the cell's work, time and memory -------------------------------------------------------
 
 
+def algorithm_settings(algorithm: dict) -> dict:
+    """The algorithm entry with its builder's defaults filled in (pFedMe's ``inner_steps`` 5 and
+    ``local_steps`` 20 where the entry leaves them out); an unknown method (a plugin not loaded) as given."""
+    from fedbench.algorithm_registry import ALGORITHMS
+
+    params = {k: v for k, v in algorithm.items() if k != "method"}
+    try:
+        params = ALGORITHMS.with_defaults(algorithm["method"], params)
+    except KeyError:
+        pass
+    return {"method": algorithm["method"], **params}
+
+
+def femam_schedule(algorithm: dict, rounds: int) -> list[int]:
+    """Rounds each FeMAM level trains in the earliest schedule its convergence test allows: the first
+    level until round max(``init_rounds``, ``window``), every later one ``window`` rounds (the test
+    needs ``window`` rounds of the level, :func:`fedbench.algorithms.femam_rules.converged`), the last
+    level the rest.  Exact when the test fires as soon as it may (the offline analogues' huge
+    ``threshold``); otherwise levels come later, so the frozen levels' forwards are an upper bound."""
+    params = algorithm_settings(algorithm)
+    levels = len(params.get("structure") or [None] * 5)
+    first = max(params.get("init_rounds", 400), params.get("window", 50))
+    ends = [min(first + level * params.get("window", 50), rounds) for level in range(levels - 1)] + [rounds]
+    return [end - start for start, end in zip([0, *ends[:-1]], ends)]
+
+
+def mean_levels(algorithm: dict, rounds: int) -> float:
+    """Models a sample goes through, on the average round: FeMAM's additive model sums the outputs of
+    every level it holds (:func:`femam_schedule`); 1 for every other algorithm."""
+    if algorithm["method"] != "femam" or rounds < 1:
+        return 1.0
+    return sum((level + 1) * n for level, n in enumerate(femam_schedule(algorithm, rounds))) / rounds
+
+
 def local_passes(algorithm: dict, training: dict) -> float:
     """Epochs one participating client runs per round over its training set: ``local_epochs``,
-    times the models it trains (Ditto: global and personal; FedRep: head then body epochs;
-    FeMAM: one per level of its structure)."""
+    times the models it trains (Ditto: global and personal; FedRep: head then body epochs).
+    FeMAM trains only its newest level each round (the earlier ones are frozen: their forward is
+    counted by :func:`mean_levels`, not as training)."""
     method = algorithm["method"]
     epochs = training["local_epochs"]
     if method == "fedrep":
         epochs = algorithm.get("head_epochs", 1) + algorithm.get("body_epochs", epochs)
     if method == "ditto":
         epochs *= 2
-    if method == "femam":
-        epochs *= len(algorithm.get("structure", [None] * 5))
     return float(epochs)
+
+
+# minibatch gradient steps per local step of the step-counted algorithms (Per-FedAvg: two batches a step)
+STEPS_PER_LOCAL_STEP = {"perfedavg": 2}
 
 
 def local_samples(algorithm: dict, training: dict, shape: CellShape) -> float:
     """Training samples one participating client processes per round (forward + backward each):
     minibatch steps x the effective batch for the step-counted algorithms (``local_steps`` x
-    ``inner_steps``: pFedMe, FedAvg as pFedMe runs it; ``team_iterations`` x ``local_iterations``:
-    pFedMT), else :func:`local_passes` x the mean client's samples."""
+    ``inner_steps``: pFedMe, 20 x 5 by default; FedAvg as pFedMe runs it; ``local_steps`` x 2:
+    Per-FedAvg; ``team_iterations`` x ``local_iterations``: pFedMT), else :func:`local_passes` x
+    the mean client's samples.  The algorithm's defaults count where the entry leaves a setting out."""
+    algorithm = algorithm_settings(algorithm)
     mean_client = shape.train_samples / max(shape.num_clients, 1)
-    steps = algorithm.get("local_steps", 0) * algorithm.get("inner_steps", 1)
-    steps = steps or algorithm.get("team_iterations", 0) * algorithm.get("local_iterations", 0)
+    steps = (algorithm.get("local_steps") or 0) * (algorithm.get("inner_steps") or 1)
+    steps *= STEPS_PER_LOCAL_STEP.get(algorithm["method"], 1)
+    steps = steps or (algorithm.get("team_iterations") or 0) * (algorithm.get("local_iterations") or 0)
     if steps:
         return steps * max(1, min(training["batch_size"], int(mean_client)))
     return local_passes(algorithm, training) * mean_client
@@ -140,21 +193,25 @@ class CellCost:
     eval_flops: float
     family: str
     seconds: float  # estimated run time, before the safety factor
-    calibrated: bool  # the family's throughput on the device was measured
+    calibrated: bool  # the family's throughput on the device was measured, at the cell's input size
     mem_mb: int
+    throughput: str = ""  # which figure the time rests on (:func:`family_rate`)
 
 
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
-    """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it."""
+    """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it.
+    A model of several levels (FeMAM, :func:`mean_levels`) trains its newest level and runs the
+    forward of the frozen ones for every trained sample, and scores with all of them."""
     training = spec["training"]
     cost = model_cost(spec["model"], shape.input_shape, shape.num_classes)
     rounds = training["rounds"]
+    levels = mean_levels(spec["algorithm"], rounds)
     participants = training["participation"] * shape.num_clients
     trained = rounds * participants * local_samples(spec["algorithm"], training, shape)
     evaluations = math.ceil(rounds / training["eval_every"])
     train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else evaluations
     scored = evaluations * EVALUATED_MODELS * shape.eval_samples + train_evaluations * shape.train_samples
-    return trained * cost.train_flops, scored * cost.eval_flops
+    return trained * (cost.train_flops + (levels - 1) * cost.eval_flops), scored * levels * cost.eval_flops
 
 
 @functools.lru_cache(maxsize=4)
@@ -174,18 +231,82 @@ def device_kind(device: str) -> str:
     return "cuda" if device.startswith("cuda") else "cpu"
 
 
+# the input each family's figure is measured at when its entry does not say (benchmarks/throughputs.py)
+BENCHMARK_INPUTS = {
+    "mlp": (784,), "fedavg_cnn": (1, 28, 28), "leaf_cnn": (1, 28, 28),
+    "resnet9": (3, 32, 32), "resnet20": (3, 32, 32), "vgg16": (3, 32, 32),
+}
+
+
+FLAT_FAMILIES = {"mlp"}  # matrix products on the flattened input: one figure at any input size
+
+
+def resolution(input_shape) -> str | None:
+    """``HxW`` of an image input (``C, H, W``); None for a flat one (its figure holds at any width)."""
+    shape = tuple(input_shape)
+    return f"{shape[-2]}x{shape[-1]}" if len(shape) >= 3 else None
+
+
+def family_rate(table: dict, device: str, family: str, input_shape) -> tuple[dict | None, bool, str]:
+    """(FLOP/s figures, calibrated, what they are) of ``family`` on ``device`` for inputs of ``input_shape``.
+
+    A convolutional family is measured at an input size (an MLP's figure holds at any: :data:`FLAT_FAMILIES`):
+    its entry ``<family>`` at the size its ``input`` names
+    (else the benchmark's, :data:`BENCHMARK_INPUTS`), further sizes under ``<family>@<H>x<W>``
+    (``benchmarks/throughputs.py --image-size``).  The figure at the cell's resolution is calibrated;
+    without one, the figure of the nearest measured resolution stands in, uncalibrated (a kernel's
+    FLOP/s changes with the size of its activations: ResNet-9's 32x32 figure is no measurement of 64x64);
+    without any figure of the family, None (the device's ``assumed`` throughput)."""
+    families = table[device].get("families", {}) or {}
+    want = None if family in FLAT_FAMILIES else resolution(input_shape)
+    measured = {}
+    for key, figures in families.items():
+        name, _, size = key.partition("@")
+        if name == family:
+            measured[size or resolution(figures.get("input") or BENCHMARK_INPUTS.get(family, ())) or ""] = (key, figures)
+    if not measured:
+        return None, False, f"{device} assumed {table[device]['assumed']:.3g} FLOP/s (no {family} figure)"
+    if want is None or want in measured:
+        key, figures = measured.get(want) or measured.get("") or next(iter(measured.values()))
+        return figures, True, f"{device} {key}" + (f" at {want}" if want and "@" not in key else "")
+
+    def pixels(size: str) -> float:
+        h, _, w = size.partition("x")
+        return math.log(int(h) * int(w)) if h.isdigit() and w.isdigit() else math.inf
+
+    size = min(measured, key=lambda m: abs(pixels(m) - pixels(want)))
+    key, figures = measured[size]
+    return figures, False, f"{device} {key} measured at {size or 'another size'}, not {want}"
+
+
 def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = None) -> CellCost:
     """Work, estimated seconds (before the safety factor) and host memory of one cell on ``device`` (cpu or cuda)."""
     table = table or throughputs()
     family = FAMILIES.get(spec["model"]["arch"], "fedavg_cnn")
-    figures = table[device].get("families", {}).get(family)
-    calibrated = figures is not None
+    figures, calibrated, note = family_rate(table, device, family, shape.input_shape)
     rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
     train, evaluate = cell_work(spec, shape)
     rounds = spec["training"]["rounds"] * table[device].get("round_overhead_s", 0.0)
     seconds = table["job_overhead_s"] + rounds + train / rate["train"] + evaluate / rate["eval"]
     mem = cell_job_mb(spec["model"], shape, spec["training"])
-    return CellCost(train, evaluate, family, seconds, calibrated, mem)
+    return CellCost(train, evaluate, family, seconds, calibrated, mem, note)
+
+
+def choose_device(spec: dict, shape: CellShape, table: dict | None = None) -> tuple[str, str]:
+    """(``cpu`` or ``cuda``, why) for a cell under ``device: auto`` on a machine with a GPU: the CPU
+    where :func:`cell_cost` estimates it faster there (tiny models, whose rounds are launch- and
+    bookkeeping-bound on a GPU), else the GPU.  The reason names both estimates and whether each
+    rests on measured throughputs."""
+    table = table or throughputs()
+    costs = {device: cell_cost(spec, shape, device, table) for device in ("cpu", "cuda")}
+    choice = "cpu" if costs["cpu"].seconds < costs["cuda"].seconds else "cuda"
+
+    def said(device: str) -> str:
+        cost = costs[device]
+        return f"{device} {cost.seconds:,.0f} s ({'calibrated' if cost.calibrated else 'uncalibrated'}: {cost.throughput})"
+
+    verdict = "the CPU is estimated faster" if choice == "cpu" else "the GPU is estimated faster"
+    return choice, f"device auto: {verdict}: {said('cpu')} vs {said('cuda')} (fedbench.cost.cell_cost)"
 
 
 def runtime_minutes(cost: CellCost, attempt: int = 1, table: dict | None = None) -> int:

@@ -3,25 +3,43 @@
     python -m fedbench.cost_report config/experiments/femam.yaml            # one paper grid
     python -m fedbench.cost_report config/experiments/{femam,fedmr,pfedmt,flt}.yaml
     make cost CONFIG=config/experiments/femam.yaml
+    python -m fedbench.cost_report --check results/fedmr_claims      # predicted vs measured, finished runs
+    make cost CHECK=results/fedmr_claims
 
 Each file is one config (as ``snakemake --configfile F --replace-workflow-config`` runs it): its cells,
 its tuning trials and tuned runs, and the most seeds the claims' looks may add.  The
 estimates are :mod:`fedbench.cost`'s, the same that size every training job's ``runtime``
 (without its safety factor): a cell's shape from its partition's summary where the partition
 exists under the config's ``results`` root, else from the dataset's facts.  A figure marked ``*``
-rests on the device's assumed throughput (no measurement of that model family there).
+rests on the device's assumed throughput (no measurement of that model family there, or none at
+the cell's input size).
+
+``--check ROOT`` compares, for every finished run under a results root (``metrics.json`` with
+``status: completed``, under ``runs/``, ``tuning/trials/``, ``tuned/runs/`` or anywhere below), the
+estimate of :func:`fedbench.cost.cell_cost` (the function that sizes the jobs' ``runtime``, with the
+run's recorded hyperparameters and device, its shape from its partition's summary under
+``ROOT/partitions`` where present, else from the dataset's facts) with the measured wall time: the
+job's Snakemake benchmark (``ROOT/benchmarks/.../seed<k>.tsv``, ``s``: the whole job) where there
+is one that covers the run (a job resumed from a checkpoint benchmarks only its last attempt), else
+``metrics.json``'s ``wall_time_s`` (the run from loading its data, earlier attempts included; no
+process start-up).  It prints per run predicted and measured seconds and their ratio, the CPU's
+share of the wall time (the benchmark's ``cpu_time / s``: well below 1 on a machine shared with
+other jobs), and the median absolute relative error |predicted / measured - 1| per model family, per
+algorithm and over all runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from fedbench.config import TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
-from fedbench.cost import cell_cost, estimated_shape, summary_shape, throughputs
+from fedbench.cost import cell_cost, device_kind, estimated_shape, summary_shape, throughputs
 from fedbench.plugins import load_plugins
 from fedbench.results.claims import claim_algorithms, claim_cells, design_seeds, evaluated_claims
 from fedbench.tuning import trial_config, tune_block, tuned_experiments
@@ -127,13 +145,131 @@ def report(path: str) -> str:
     return "\n".join(lines)
 
 
+# ---- predicted vs measured: the finished runs of a results root ------------------------------
+
+BENCHMARK_DIRS = {"runs": "train", "tuning/trials": "tune", "tuned/runs": "tuned"}  # outputs -> benchmarks/
+
+
+def run_benchmark(root: Path, run_dir: Path) -> Path | None:
+    """The Snakemake benchmark ``.tsv`` of the job that wrote ``run_dir`` (``<root>/runs/X`` ->
+    ``<root>/benchmarks/train/X.tsv``, tuning trials under ``tune``, tuned runs under ``tuned``)."""
+    rel = run_dir.relative_to(root).as_posix()
+    for outputs, benchmarks in BENCHMARK_DIRS.items():
+        if rel.startswith(outputs + "/"):
+            return root / "benchmarks" / benchmarks / f"{rel[len(outputs) + 1:]}.tsv"
+    return None
+
+
+def measured_seconds(root: Path, run_dir: Path, metrics: dict) -> tuple[float, str, float | None]:
+    """(seconds, where from, the CPU's share of them) of a finished run (module doc, ``--check``)."""
+    wall = float(metrics["wall_time_s"])
+    bench = run_benchmark(root, run_dir)
+    if bench is not None and bench.exists():
+        rows = list(csv.DictReader(bench.open(), delimiter="\t"))
+        if rows and float(rows[-1]["s"]) >= wall:  # else a resumed job: the benchmark saw its last attempt only
+            seconds = float(rows[-1]["s"])
+            cpu = rows[-1].get("cpu_time")
+            return seconds, "benchmark", (float(cpu) / seconds if cpu not in (None, "", "-") and seconds else None)
+    return wall, "wall_time_s", None
+
+
+def run_shape(root: Path, metrics: dict, spec: dict):
+    """The run's shape: its partition's summary under ``root`` where present, else the dataset's facts."""
+    cell = metrics.get("cell", {})
+    summary = Path(f"{partition_stem(str(root), cell.get('dataset', '?'), cell.get('partition', '?'), cell.get('seed', metrics.get('seed', 0)))}.json")
+    if summary.exists():
+        recorded = json.loads(summary.read_text())
+        if "input_shape" in recorded:
+            return summary_shape(recorded)
+    return estimated_shape(spec["dataset"], spec["partition"])
+
+
+def check_runs(root: str | Path, table: dict | None = None) -> tuple[list[dict], list[str]]:
+    """(one row per finished run under ``root``: ``run``, ``algorithm``, ``family``, ``device``,
+    ``predicted``, ``measured``, ``source``, ``cpu_share``, ``ratio``, ``calibrated``, ``estimated``;
+    what was skipped and why)."""
+    root = Path(root)
+    table = table or throughputs()
+    rows, skipped = [], []
+    for path in sorted(root.rglob("metrics.json")):
+        run = path.parent.relative_to(root).as_posix()
+        metrics = json.loads(path.read_text())
+        if metrics.get("status") != "completed" or "wall_time_s" not in metrics or "hyperparameters" not in metrics:
+            skipped.append(f"{run}: {metrics.get('status', 'no status')}")
+            continue
+        recorded = metrics["hyperparameters"]
+        spec = {**recorded, "training": {**TRAINING_DEFAULTS, **recorded["training"]}}
+        device = device_kind(str(metrics.get("device", "cpu")))
+        try:
+            shape = run_shape(root, metrics, spec)
+            cost = cell_cost(spec, shape, device, table)
+        except (KeyError, ValueError) as error:  # a plugin's model or data not loaded, an unknown source
+            skipped.append(f"{run}: cannot be estimated: {error}")
+            continue
+        seconds, source, share = measured_seconds(root, path.parent, metrics)
+        rows.append({"run": run, "algorithm": spec["algorithm"]["method"], "family": cost.family, "device": device,
+                     "predicted": cost.seconds, "measured": seconds, "source": source, "cpu_share": share,
+                     "ratio": cost.seconds / seconds, "calibrated": cost.calibrated, "estimated": shape.estimated})
+    return rows, skipped
+
+
+def median_error(rows: list[dict]) -> float:
+    """Median of |predicted / measured - 1| over ``rows``."""
+    return statistics.median(abs(row["ratio"] - 1) for row in rows)
+
+
+def check_report(root: str, rows: list[dict] | None = None, skipped: list[str] | None = None) -> str:
+    """Predicted vs measured seconds of every finished run under ``root``; median absolute errors."""
+    if rows is None:
+        rows, skipped = check_runs(root)
+    lines = [f"{root}: {len(rows)} finished runs (predicted: fedbench.cost.cell_cost before the safety factor)"]
+    if rows:
+        width = min(max(len(row["run"]) for row in rows), 90)
+        lines.append(f"  {'run':<{width}} {'algorithm':<10} {'family':<10} {'device':<6} {'predicted s':>11} "
+                     f"{'measured s':>10} {'ratio':>6} {'cpu share':>9}  measured by")
+        for row in rows:
+            mark = ("" if row["calibrated"] else "*") + ("~" if row["estimated"] else "")
+            share = "-" if row["cpu_share"] is None else f"{row['cpu_share']:.2f}"
+            lines.append(f"  {row['run'][-width:]:<{width}} {row['algorithm']:<10} {row['family']:<10} {row['device']:<6} "
+                         f"{row['predicted']:>10,.0f}{mark:<1} {row['measured']:>10,.0f} {row['ratio']:>6.2f} {share:>9}  {row['source']}")
+        for key in ("family", "algorithm", "device"):
+            groups = defaultdict(list)
+            for row in rows:
+                groups[row[key]].append(row)
+            lines.append(f"  median |predicted/measured - 1| by {key}: " + ", ".join(
+                f"{name} {100 * median_error(group):.0f} % ({len(group)})" for name, group in sorted(groups.items())))
+        lines.append(f"  median |predicted/measured - 1| over all {len(rows)} runs: {100 * median_error(rows):.1f} % "
+                     f"(median ratio {statistics.median(row['ratio'] for row in rows):.2f})")
+        timed = [row for row in rows if row["cpu_share"] is not None]
+        if timed:  # against the CPU time instead: what a machine shared with other jobs does not stretch
+            cpu = statistics.median(abs(row["ratio"] / row["cpu_share"] - 1) for row in timed)
+            lines.append(f"  median |predicted/CPU time - 1| over the {len(timed)} runs with a benchmark: {100 * cpu:.1f} %")
+    for line in skipped:
+        lines.append(f"  skipped {line}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedbench.cost_report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("configfiles", nargs="+", help="config files, each estimated on its own")
+    parser.add_argument("configfiles", nargs="*", help="config files, each estimated on its own")
+    parser.add_argument("--check", action="append", default=[], metavar="ROOT",
+                        help="a results root: predicted vs measured seconds of its finished runs (repeatable)")
     args = parser.parse_args(argv)
+    if not args.configfiles and not args.check:
+        parser.error("name config files, or --check a results root")
     for path in args.configfiles:
         print(report(path))
-    print("* the device's assumed throughput (config/throughputs.yaml): no measured figure for that model family there")
+    every = []
+    for root in args.check:
+        rows, skipped = check_runs(root)
+        every += rows
+        print(check_report(root, rows, skipped))
+    if len(args.check) > 1 and every:
+        print(f"median |predicted/measured - 1| over all {len(every)} runs of the {len(args.check)} roots: "
+              f"{100 * median_error(every):.1f} % (median ratio {statistics.median(row['ratio'] for row in every):.2f})")
+    print("* the device's assumed throughput (config/throughputs.yaml): no measured figure for that model family "
+          "there, or none at the cell's input size" + ("; ~ shape estimated from the dataset's facts (no partition summary)"
+                                                      if args.check else ""))
     return 0
 
 

@@ -165,6 +165,7 @@ class CellRun:
     code: dict  # provenance of the code that runs
     fingerprint: str
     started: float  # time.perf_counter() when the run began
+    device_reason: str = ""  # why the run is on ``device`` (:func:`choose_device`)
 
     @property
     def training(self) -> dict:
@@ -222,7 +223,7 @@ def prepare(config: dict, cell: Cell, partition_npz, out_dir, device: str | None
     started = time.perf_counter()
     load_plugins(config.get("plugins") or ())  # a plugin's algorithm, model or dataset source
     spec = resolve_cell(config, cell)
-    dev = resolve_device(device or config.get("device", "auto"))
+    dev, reason = choose_device(device or config.get("device", "auto"), spec, partition_npz)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     data, groups = _load_data(config, spec, partition_npz, dev, cell.seed)
@@ -232,7 +233,30 @@ def prepare(config: dict, cell: Cell, partition_npz, out_dir, device: str | None
     code = provenance(cell_roots(spec), CELL_SCRIPTS)  # version, commit, hash of the code that runs
     return CellRun(cell=cell, spec=spec, out=Path(out_dir), device=dev, fed=fed, algorithm=algorithm,
                    groups=groups, code=code, fingerprint=fingerprint(results_settings(spec), code["code_hash"]),
-                   started=started)
+                   started=started, device_reason=reason)
+
+
+def choose_device(requested: str, spec: dict, partition_npz) -> tuple[torch.device, str]:
+    """The device a cell trains on and why.  ``cpu``/``cuda[:N]`` as the config names it; ``auto``: the
+    CPU without CUDA, and with CUDA the device :func:`fedbench.cost.choose_device` estimates faster for
+    this cell (the cost model's seconds on each, from ``config/throughputs.yaml``; a tiny model's rounds
+    can be slower on a GPU than on the CPU), the cell's shape from its partition's summary ``.json``
+    beside ``partition_npz`` where present, else from the dataset's facts."""
+    if requested != "auto":
+        return resolve_device(requested), f"device: {requested} (the config's)"
+    if not torch.cuda.is_available():
+        return resolve_device("cpu"), "device auto: no CUDA available"
+    from fedbench import cost
+
+    try:
+        summary = Path(partition_npz).with_suffix(".json")
+        recorded = json.loads(summary.read_text()) if summary.exists() else {}
+        shape = (cost.summary_shape(recorded) if "input_shape" in recorded
+                 else cost.estimated_shape(spec["dataset"], spec["partition"]))
+        kind, reason = cost.choose_device(spec, shape)
+    except (KeyError, ValueError, TypeError) as error:  # no estimate: the GPU, as before
+        return resolve_device("cuda"), f"device auto: cuda (no cost estimate: {error})"
+    return resolve_device(kind), reason
 
 
 def _load_data(config: dict, spec: dict, partition_npz, dev: torch.device, seed: int) -> tuple[FederatedData, dict]:
@@ -509,6 +533,7 @@ def _run_record(run: CellRun, wall_time_s: float) -> dict:
         "torch_version": torch.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "device": str(run.device),
+        "device_reason": run.device_reason,
         "wall_time_s": wall_time_s,
         "peak_memory": peak_memory_mb(run.device),
         "provenance": run.code,

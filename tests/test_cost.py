@@ -9,7 +9,10 @@ import yaml
 
 from fedbench.config import TRAINING_DEFAULTS, ConfigError
 from fedbench.plan import check_config
-from fedbench.cost import CellShape, cell_cost, cell_work, estimated_shape, local_passes, local_samples, model_cost, runtime_minutes
+from fedbench.cost import (
+    CellShape, cell_cost, cell_work, choose_device, estimated_shape, family_rate, femam_schedule, local_passes, local_samples,
+    mean_levels, model_cost, runtime_minutes,
+)
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
 
@@ -68,11 +71,17 @@ def test_local_passes_of_the_algorithms():
     assert local_passes({"method": "fedavg"}, training) == 2
     assert local_passes({"method": "ditto"}, training) == 4  # global and personal model
     assert local_passes({"method": "fedrep", "head_epochs": 2, "body_epochs": 3}, training) == 5
-    assert local_passes({"method": "femam"}, training) == 10  # five levels
-    assert local_passes({"method": "femam", "structure": ["global", "personal"]}, training) == 4
+    assert local_passes({"method": "femam"}, training) == 2  # only the newest level trains
+    assert local_passes({"method": "femam", "structure": ["global", "personal"]}, training) == 2
     # step-counted: pFedMe's 20 local x 5 inner steps of batch 20; pFedMT's 30 team x 20 local iterations
     # at the mean client's 15 rows (150 samples over 10 clients: the batch of 20 is capped at 15)
     assert local_samples({"method": "pfedme", "local_steps": 20, "inner_steps": 5}, training, SHAPE) == 20 * 5 * 20
+    # pFedMe's defaults count where the entry leaves them out: inner_steps 5 (FeMAM's pfedme sets only local_steps)
+    assert local_samples({"method": "pfedme", "local_steps": 56}, training, SHAPE) == 56 * 5 * 20
+    assert local_samples({"method": "pfedme"}, training, SHAPE) == 20 * 5 * 20  # local_steps 20 by default
+    assert local_samples({"method": "fedavg", "local_steps": 7}, training, SHAPE) == 7 * 20
+    assert local_samples({"method": "fedavg"}, training, SHAPE) == 2 * 100  # epochs: local_steps None
+    assert local_samples({"method": "perfedavg", "local_steps": 3}, training, SHAPE) == 3 * 2 * 20  # two batches a step
     small = CellShape(10, 150, 20, 30, (4,), 3, 170)
     assert local_samples({"method": "pfedmt", "team_iterations": 30, "local_iterations": 20}, training, small) == 30 * 20 * 15
     assert local_samples({"method": "ditto"}, training, SHAPE) == 4 * 100  # 4 passes over the mean client's 100
@@ -135,3 +144,71 @@ def test_cost_command_counts_the_jobs_and_marks_uncalibrated_gpu_figures(tmp_pat
     assert costs["jobs"] == 4 and costs["calibrated"]["cuda"] is False
     # four cells of 60 s overhead each at least, and FLOPs of a few seconds: 4 x 60 s < total < 4 x 120 s
     assert 4 * 60 / 3600 < costs["hours"]["cpu"] < 4 * 120 / 3600
+
+
+def test_femam_trains_only_its_newest_level_by_hand():
+    # 3 levels, init_rounds 4, window 2, 10 rounds: level 1 trains rounds 1-4, level 2 rounds 5-6,
+    # level 3 rounds 7-10 (the earliest schedule, exact for a test that fires as soon as it may)
+    femam = {"method": "femam", "structure": ["global", "cluster", "personal"], "init_rounds": 4, "window": 2}
+    assert femam_schedule(femam, 10) == [4, 2, 4]
+    assert mean_levels(femam, 10) == (4 * 1 + 2 * 2 + 4 * 3) / 10 == 2.0
+    assert femam_schedule({"method": "femam"}, 700) == [400, 50, 50, 50, 150]  # the paper's 5 levels
+    # training: 10 rounds x 0.5 x 10 clients x 2 epochs (newest level only, not x 3 levels) x 100 samples
+    # = 10,000 samples, each the newest level's forward + backward (48) and on average 1 frozen
+    # level's forward (24): 720,000; evaluation: the additive model's 2 levels on average score
+    # 2 x (2 x 200 + 1000) rows x 24 FLOPs x 2 = 134,400
+    assert cell_work({**spec(), "algorithm": femam}, SHAPE) == (10_000 * (48 + 24), 134_400)
+
+
+def test_femam_partitions_hold_out_the_official_test_set_tiny_imagenet_95000():
+    # FeMAM's cluster-wise partition of Tiny ImageNet (110,000 = 100,000 + the official 10,000 test):
+    # validation half the test set, 95,000 / 5,000 / 10,000 (config/experiments/femam.yaml's notes)
+    tiny = estimated_shape({"source": "tiny_imagenet"}, {"kind": "femam_cluster", "classes_per_cluster": 50})
+    assert (tiny.train_samples, tiny.eval_samples, tiny.input_shape) == (95_000, 15_000, (3, 64, 64))
+    # the Dirichlet reading: 1/11 test, then 5 % of the rest validation: 100,000 x 0.95 = 95,000
+    dirichlet = estimated_shape({"source": "tiny_imagenet"}, {"kind": "dirichlet", "num_clients": 50, "alpha": 0.1,
+                                                            "test_fraction": 1 / 11, "val_fraction": 0.05})
+    assert dirichlet.train_samples == 95_000
+    # the offline analogue: Fashion-MNIST's 10 classes, 5 % of them (3,000 + 500 test), code's val_ratio 0.1
+    starved = estimated_shape({"source": "fashion_mnist"}, {"kind": "femam_multilevel", "structure": [1, 2, 4],
+                                                            "classes_per_cluster": [2, 2, 1], "num_clients": 30,
+                                                            "sample_fraction": 0.05, "val_ratio": 0.1})
+    assert (starved.train_samples, starved.eval_samples) == (2_700, 300 + 500)
+
+
+def test_throughput_by_family_and_input_size():
+    table = {"job_overhead_s": 0, "cpu": {"assumed": 1.0, "families": {
+        "resnet9": {"train": 100.0, "eval": 100.0},  # the benchmark's 32x32
+        "resnet9@64x64": {"train": 400.0, "eval": 400.0},
+        "mlp": {"train": 10.0, "eval": 10.0},
+    }}}
+    figures, calibrated, note = family_rate(table, "cpu", "resnet9", (3, 64, 64))
+    assert figures["train"] == 400.0 and calibrated and "resnet9@64x64" in note
+    figures, calibrated, _ = family_rate(table, "cpu", "resnet9", (3, 32, 32))
+    assert figures["train"] == 100.0 and calibrated
+    # no 56x56 figure: the nearest resolution's (64x64) stands in, uncalibrated
+    figures, calibrated, note = family_rate(table, "cpu", "resnet9", (3, 56, 56))
+    assert figures["train"] == 400.0 and not calibrated and "not 56x56" in note
+    # 32x32 measured only: a 64x64 cell is not calibrated by it
+    only32 = {"cpu": {"assumed": 1.0, "families": {"resnet9": table["cpu"]["families"]["resnet9"]}}}
+    assert family_rate(only32, "cpu", "resnet9", (3, 64, 64))[1] is False
+    assert family_rate(table, "cpu", "mlp", (60,))[1] is True  # a flat input: the family's figure at any width
+    assert family_rate(table, "cpu", "vgg16", (3, 32, 32))[:2] == (None, False)  # the device's assumed figure
+    resnet = {**spec(), "model": {"arch": "resnet9"}}
+    shape = CellShape(2, 20, 10, 10, (3, 64, 64), 10, 30)
+    cost = cell_cost(resnet, shape, "cpu", table)
+    assert cost.calibrated and cost.seconds == pytest.approx((cost.train_flops + cost.eval_flops) / 400.0)
+
+
+def test_auto_device_picks_the_cpu_where_the_model_says_the_gpu_loses():
+    # a stub table: the GPU fast on FLOPs but slow per round (launches, bookkeeping): a tiny MLR cell of
+    # 10 rounds costs 10 x 5 s on the GPU and a few FLOPs on the CPU; a big ResNet cell the opposite
+    table = {"job_overhead_s": 60, "safety_factor": 2.0,
+             "cpu": {"assumed": 1e9, "round_overhead_s": 0.0, "families": {"mlp": {"train": 1e9, "eval": 1e9}}},
+             "cuda": {"assumed": 1e13, "round_overhead_s": 5.0, "families": {"resnet9": {"train": 1e13, "eval": 1e13}}}}
+    device, reason = choose_device(spec(), SHAPE, table)
+    assert device == "cpu" and "CPU is estimated faster" in reason and "cuda 110 s (uncalibrated" in reason
+    big = {**spec(), "model": {"arch": "resnet9"}}
+    shape = CellShape(10, 50_000, 10_000, 5_000, (3, 32, 32), 10, 60_000)
+    device, reason = choose_device(big, shape, table)
+    assert device == "cuda" and "GPU is estimated faster" in reason and "(calibrated: cuda resnet9" in reason

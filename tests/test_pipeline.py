@@ -8,7 +8,7 @@ import torch
 
 from fedbench.config import Cell
 from fedbench.plan import check_config
-from fedbench.pipeline import build_partition, run_cell
+from fedbench.pipeline import build_partition, choose_device, run_cell
 
 CONFIG = {
     "results": "unused",
@@ -66,9 +66,38 @@ def test_outputs_describe_the_run(tmp_path, partition):
     assert metrics["final"]["train_accuracy"] == pytest.approx(history["train_acc_mean"].iloc[-1])
     assert metrics["hyperparameters"]["training"]["participation"] == 0.6
     assert metrics["device"] == "cpu" and metrics["wall_time_s"] > 0
+    assert metrics["device_reason"] == "device: cpu (the config's)"
     assert metrics["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert metrics["peak_memory"]["peak_host_rss_mb"] > 0
     assert len(clients) == 5 and clients["test_samples"].sum() > 0
+
+
+# a stub throughput table: the GPU fast on FLOPs, slow per round (launches, bookkeeping)
+GPU_LOSES_SMALL = {"job_overhead_s": 60, "safety_factor": 2.0,
+                   "cpu": {"assumed": 1e9, "round_overhead_s": 0.0, "families": {"mlp": {"train": 1e9, "eval": 1e9}}},
+                   "cuda": {"assumed": 1e13, "round_overhead_s": 5.0, "families": {"resnet9": {"train": 1e13, "eval": 1e13}}}}
+
+
+def test_device_auto_trains_where_the_cost_model_says_faster(tmp_path, partition, monkeypatch):
+    """``device: auto`` with CUDA: a tiny MLP cell goes to the CPU (4 rounds x 5 s on the GPU), a big
+    ResNet-9 cell to the GPU; the choice and its reason go into metrics.json."""
+    import fedbench.cost as cost
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cost, "throughputs", lambda path=None: GPU_LOSES_SMALL)
+    config = {**CONFIG, "device": "auto"}
+    metrics = run_cell(config, Cell("tiny", "digits", "dir", "mlp", "local", 0), partition, tmp_path)
+    assert metrics["device"] == "cpu" and json.loads((tmp_path / "metrics.json").read_text())["device"] == "cpu"
+    reason = metrics["device_reason"]
+    assert reason.startswith("device auto: the CPU is estimated faster: cpu ") and "vs cuda 80 s (uncalibrated" in reason
+    big = {"dataset": {"source": "cifar10"}, "partition": {"kind": "iid", "num_clients": 50, "test_fraction": 0.2},
+           "model": {"arch": "resnet9"}, "algorithm": {"method": "fedavg"},
+           "training": {**CONFIG["experiments"]["tiny"]["training"], "train_eval_every": None, "rounds": 100}}
+    device, reason = choose_device("auto", big, tmp_path / "no_partition_yet.npz")  # shape from the dataset's facts
+    assert device.type == "cuda" and "the GPU is estimated faster" in reason and "(calibrated: cuda resnet9" in reason
+    assert choose_device("cpu", big, tmp_path / "x.npz")[0].type == "cpu"  # an explicit device as named
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert choose_device("auto", big, tmp_path / "x.npz") == (torch.device("cpu"), "device auto: no CUDA available")
 
 
 def test_train_scores_only_where_asked(tmp_path, partition):

@@ -42,3 +42,14 @@ def test_tiny_run_refreshes_only_its_family(throughputs_script, tmp_path):
     assert mlp["train"] == pytest.approx(2 * 8 * 639_200 / (ms["vectorised"] / 1000), rel=2e-3)
     assert mlp["eval"] == pytest.approx(2 * 4 * 317_600 / (ms["eval_vectorised"] / 1000), rel=2e-3)
     assert "2 clients x 8 samples, batch 4" in mlp["setting"]
+
+
+def test_image_size_writes_a_figure_keyed_by_resolution(throughputs_script, tmp_path):
+    """``--image-size``: the family measured at N x N goes under ``<family>@NxN``, its own figure stays."""
+    output = tmp_path / "throughputs.yaml"
+    output.write_text("cpu:\n  assumed: 1.0\n  families:\n    fedavg_cnn: {train: 5.0, eval: 6.0}\n")
+    assert throughputs_script.main(["--device", "cpu", "--size", "tiny", "--families", "fedavg_cnn", "--image-size", "32",
+                                    "--skip", "reference,dataloader", "--output", str(output)]) == 0
+    families = yaml.safe_load(output.read_text())["cpu"]["families"]
+    assert families["fedavg_cnn"] == {"train": 5.0, "eval": 6.0}
+    assert families["fedavg_cnn@32x32"]["input"] == [1, 32, 32] and families["fedavg_cnn@32x32"]["train"] > 0

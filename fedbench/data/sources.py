@@ -61,7 +61,9 @@ class DatasetFacts:
     """What is known of a source's dataset without loading it (planning-time feasibility checks):
     classes, samples (train + test; ``None``: depends on files), whether samples have users
     (and how many, where the parameters say), whether there is an official test set, and the
-    shape of one sample (``input_shape``; what the cost model sizes models with before any data).
+    shape of one sample (``input_shape``; what the cost model sizes models with before any data)
+    and the official test set's size (``test_samples``, where known: what a partition that keeps
+    the official split holds out).
     Registered with the source: ``DATASETS.register(name, facts=lambda params: DatasetFacts(...))``
     where ``params`` are the entry's parameters with the source's defaults."""
 
@@ -71,6 +73,7 @@ class DatasetFacts:
     num_users: int | None = None
     official_test: bool = True
     input_shape: tuple[int, ...] | None = None
+    test_samples: int | None = None
 
 
 @DATASETS.register(

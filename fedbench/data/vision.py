@@ -189,7 +189,7 @@ def _mnist_like(cls, dataset: str, root: Path, download: bool, normalize) -> Arr
     return _pool(train_part, test_part, len(train.classes), normalize)
 
 
-@DATASETS.register("mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28)),
+@DATASETS.register("mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28), test_samples=10000),
                    files=lambda root, p: require_idx("mnist", _raw(root, "MNIST"), IDX_NAMES))
 def load_mnist(root: Path = Path("data"), *, normalize="half", download: bool = False) -> ArrayDataset:
     """MNIST, 70,000 28x28 digits (60k train + 10k test), 10 classes, from ``<root>/MNIST/raw``.
@@ -241,7 +241,7 @@ def _require_fashion_mnist(root: Path, params: dict) -> None:
         require_idx("fashion_mnist", _raw(root, "FashionMNIST"), IDX_NAMES, _fashion_mnist_how(params["system_copy"]))
 
 
-@DATASETS.register("fashion_mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28)),
+@DATASETS.register("fashion_mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28), test_samples=10000),
                    files=_require_fashion_mnist)
 def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download: bool = False,
                        system_copy: bool = True) -> ArrayDataset:
@@ -344,7 +344,7 @@ def _pickle_labels(path: Path, key: str) -> np.ndarray:
         return np.asarray(pickle.load(handle, encoding="latin1")[key], dtype=np.int64)
 
 
-@DATASETS.register("cifar10", facts=lambda p: DatasetFacts(10, 60000, input_shape=(3, 32, 32)),
+@DATASETS.register("cifar10", facts=lambda p: DatasetFacts(10, 60000, input_shape=(3, 32, 32), test_samples=10000),
                    files=lambda root, p: require_cifar("cifar10", root, CIFAR10))
 def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool = False,
                  check_md5: bool = True) -> ArrayDataset:
@@ -356,7 +356,7 @@ def load_cifar10(root: Path = Path("data"), *, normalize="half", download: bool 
     return _pool((_nchw(train), train.targets), (_nchw(test), test.targets), 10, normalize)
 
 
-@DATASETS.register("cifar100", bounds={"labels": ("fine", "coarse")}, facts=lambda p: DatasetFacts(100 if p["labels"] == "fine" else 20, 60000, input_shape=(3, 32, 32)),
+@DATASETS.register("cifar100", bounds={"labels": ("fine", "coarse")}, facts=lambda p: DatasetFacts(100 if p["labels"] == "fine" else 20, 60000, input_shape=(3, 32, 32), test_samples=10000),
                    files=lambda root, p: require_cifar("cifar100", root, CIFAR100))
 def load_cifar100(root: Path = Path("data"), *, labels: str = "fine", normalize="cifar100", download: bool = False,
                   check_md5: bool = True) -> ArrayDataset:
@@ -470,7 +470,7 @@ def _decode_rgb(paths: Sequence[Path], desc: str) -> np.ndarray:
     return out if out is not None else np.zeros((0, 3, 64, 64), dtype=np.uint8)
 
 
-@DATASETS.register("tiny_imagenet", facts=lambda p: DatasetFacts(200, 110000, input_shape=(3, 64, 64)),
+@DATASETS.register("tiny_imagenet", facts=lambda p: DatasetFacts(200, 110000, input_shape=(3, 64, 64), test_samples=10000),
                    files=_require_tiny_imagenet)
 def load_tiny_imagenet(root: Path = Path("data"), *, normalize="tiny_imagenet") -> ArrayDataset:
     """Tiny ImageNet, 200 classes of 64x64 RGB images: 100,000 train (``train/<wnid>/images/*.JPEG``) + the

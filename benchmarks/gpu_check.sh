@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One prepared GPU check for a lent machine (a few minutes): the CUDA-parametrised engine tests,
+# One prepared GPU check for a lent machine (a few minutes): the CUDA-parametrised engine tests (and the
+# Moreau family's CUDA-graph rounds, tests/test_moreau_fast_path.py),
 # then `make bench-gpu` family by family, each under its own time limit so that one slow or
 # failing family still leaves the others' figures.  Writes into OUTDIR (default gpu_check/):
 #   pytest.log, bench.log and throughputs.yaml (config/throughputs.yaml with the measured `cuda`
@@ -33,7 +34,7 @@ if [[ " $parts " == *" grids "* ]]; then
     timeout "${GRIDS_TIMEOUT:-600}" "$python" -m pytest -q -p no:cacheprovider -p report_as_you_go -m slow -n 12 \
     --tb=short tests/test_paper_grids_train.py 2>&1 | tee "$out/grids.log"
 fi
-[[ " $parts " == *" tests "* ]] && timeout 120 "$python" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py 2>&1 | tee "$out/pytest.log"
+[[ " $parts " == *" tests "* ]] && timeout 120 "$python" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py tests/test_moreau_fast_path.py 2>&1 | tee "$out/pytest.log"
 
 [[ " $parts " == *" bench "* ]] || exit 0
 cp config/throughputs.yaml "$out/throughputs.yaml"

@@ -164,19 +164,19 @@ class MinibatchGradients(GradientOracle):
         wd = self.weight_decay
         scale = 1.0 - decay - (lr * wd if at is None else 0.0)  # weight decay at ``params`` itself folds into the decay
         acts, z = linear_stack_forward(self.layers, point, x)
-        dz, loss = _cross_entropy_backward(z, y)
+        ones, minus_ones = self._ones(y)  # [C, B, 1]: the bias gradient as one more batched product
+        dz, loss = _cross_entropy_backward(z, y, minus_ones, mean=False)  # softmax - onehot: the 1/B goes into the step size
         keep = self._keep(clients)
         if keep is not None:
             dz.mul_(keep.view(-1, 1, 1))
             loss = loss * keep
+        step = -lr / y.shape[1]
         for i in reversed(range(len(self.layers))):
             w, b = self.layers[i]
             a = acts[i]
             d_in = torch.bmm(dz, point[w]) if i else None  # before the update moves the weights
-            params[w].baddbmm_(dz.mT, a, beta=scale, alpha=-lr)
-            if scale != 1.0:
-                params[b].mul_(scale)
-            params[b].add_(dz.sum(1), alpha=-lr)
+            params[w].baddbmm_(dz.mT, a, beta=scale, alpha=step)
+            params[b].unsqueeze(-1).baddbmm_(dz.mT, ones, beta=scale, alpha=step)
             if i:
                 dz = d_in.mul_(a > 0)  # through the ReLU
         if wd and at is not None:
@@ -207,6 +207,14 @@ class MinibatchGradients(GradientOracle):
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
         count_batches(buffers)
         return {k: g.view_as(params[k]) for k, g in zip(leaves, grads)}, loss.detach()
+
+    def _ones(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """1 and -1 ``[C, B, 1]`` in the data's dtype (cached per shape)."""
+        shape = (*y.shape, 1)
+        if getattr(self, "_ones_value", None) is None or self._ones_value[0].shape != shape:
+            ones = torch.ones(shape, dtype=self.data.x.dtype, device=y.device)
+            self._ones_value = ones, -ones
+        return self._ones_value
 
     def _keep(self, clients: torch.Tensor) -> torch.Tensor | None:
         """1/0 per client: has rows in the split (None when all have; cached per ``clients`` tensor)."""
@@ -257,9 +265,12 @@ def linear_stack_gradient(layers: list[tuple[str, str]], params: Weights, x: tor
     return grads, loss
 
 
-def _cross_entropy_backward(z: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _cross_entropy_backward(
+    z: torch.Tensor, y: torch.Tensor, minus_ones: torch.Tensor | None = None, mean: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """d (mean cross-entropy) / d logits ``[C, B, classes]`` and the mean cross-entropy ``[C]`` of
-    logits ``z`` (overwritten) and labels ``y`` ``[C, B]``."""
+    logits ``z`` (overwritten) and labels ``y`` ``[C, B]``; ``mean=False``: the gradient of the sum
+    over the batch (softmax - onehot).  ``minus_ones``: -1 ``[C, B, 1]`` in z's dtype, if at hand."""
     # softmax cross-entropy spelled out: on the CPU, log_softmax over 10 classes costs ~10x this
     z = z.sub_(z.amax(-1, keepdim=True))
     target = y.unsqueeze(-1)
@@ -267,5 +278,5 @@ def _cross_entropy_backward(z: torch.Tensor, y: torch.Tensor) -> tuple[torch.Ten
     total = dz.sum(-1, keepdim=True)
     loss = (total.log() - z.gather(-1, target)).squeeze(-1).mean(1)
     dz.div_(total)  # d mean-loss / d logits = (softmax - onehot) / B
-    dz.scatter_add_(-1, target, torch.full_like(target, -1, dtype=dz.dtype)).div_(y.shape[1])
-    return dz, loss
+    dz.scatter_add_(-1, target, torch.full_like(target, -1, dtype=dz.dtype) if minus_ones is None else minus_ones)
+    return (dz.div_(y.shape[1]) if mean else dz), loss

@@ -1,4 +1,5 @@
-"""The Moreau family's oracle on the fast path (issue 39): pFedMe, Per-FedAvg and pFedMT take their
+"""The Moreau family's oracle on the fast path (issue 39): pFedMe, Per-FedAvg and pFedMT (and FedAvg in
+minibatch steps, which shares the oracle) take their
 steps through ``oracle.step`` -- fused into the gradient on the hand-written path of Linear/ReLU stacks,
 through the wide model for convolutional and BatchNorm models (which ran on ``vmap`` before) -- and
 recurring steps through ``oracle.recurring`` (CUDA graphs on CUDA).  Two rounds on a tiny federation
@@ -34,8 +35,10 @@ HP = {
     "pfedme": {"lam": 3.0, "personal_lr": 0.05, "inner_steps": 2, "local_steps": 3, "beta": 0.7, "mu": 0.01},
     "perfedavg": {"beta": 0.05, "local_steps": 3},
     "pfedmt": {"team_iterations": 2, "local_iterations": 2, "alpha": 0.05, "eta": 0.1, "lam": 2.0, "gamma": 0.5, "beta": 0.8},
+    "fedavg": {"local_steps": 4},  # FedAvg in minibatch steps (the pFedMe/PerMFL code's): the same oracle
 }
-GRADIENT_STEPS = {"pfedme": ROUNDS * 2 * 3, "perfedavg": ROUNDS * 2 * 3, "pfedmt": ROUNDS * 2 * 2}
+GRADIENT_STEPS = {"pfedme": ROUNDS * 2 * 3, "perfedavg": ROUNDS * 2 * 3, "pfedmt": ROUNDS * 2 * 2, "fedavg": ROUNDS * 4}
+METHODS = list(HP)
 
 
 def mlp_federation():
@@ -108,6 +111,21 @@ def old_perfedavg_round(algo, fed, state):
     return {"global": {**x, **fed.average({**theta, **buffers}, chosen)}}, loss_sum / algo.local_steps
 
 
+def old_sgd_steps(fed, start, clients, steps):
+    oracle = fed.minibatch_gradients()
+    names = parameter_names(fed.model)
+    theta = {n: start[n].clone() for n in names}
+    buffers = {k: v.clone() for k, v in start.items() if k not in theta}
+    batches = oracle.draw(steps, clients, fed.generator)
+    loss_sum = torch.zeros(len(clients), device=fed.device)
+    with torch.no_grad():
+        for s in range(steps):
+            grads, loss = oracle(theta, batches[s], clients, buffers)
+            torch._foreach_add_(list(theta.values()), [grads[n] for n in theta], alpha=-fed.local.lr)
+            loss_sum += loss
+    return {**start, **theta, **buffers}, loss_sum / max(steps, 1)
+
+
 def old_pfedmt_step(fed, single, team_iterations, local_iterations, alpha, dlam):
     """The device step before: gradient from the plain oracle, Eq. (10) by three ``_foreach`` updates."""
     gradient, buffers = pfedmt_module.minibatch_device_gradient(fed, single, local_iterations)
@@ -136,9 +154,11 @@ def run(method, make, old, monkeypatch):
     fed.minibatch_gradients = oracle
     if old and method == "pfedmt":
         monkeypatch.setattr(pfedmt_module, "minibatch_device_step", old_pfedmt_step)
+    if old and method == "fedavg":
+        fed.sgd_steps = lambda start, clients, steps: old_sgd_steps(fed, start, clients, steps)
     state = algo.init(fed, model_weights(model))
     for t in range(1, ROUNDS + 1):
-        if old and method != "pfedmt":
+        if old and method in ("pfedme", "perfedavg"):
             state, loss = (old_pfedme_round if method == "pfedme" else old_perfedavg_round)(algo, fed, state)
         else:
             state, loss = algo.round(fed, state, t)
@@ -146,7 +166,7 @@ def run(method, make, old, monkeypatch):
     return state, loss, set(paths)
 
 
-@pytest.mark.parametrize("method", ["pfedme", "perfedavg", "pfedmt"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("model", list(FEDERATIONS))
 def test_two_rounds_equal_the_path_they_replace(method, model, monkeypatch):
     """Global model, personalised models (where the method keeps them), running statistics and the
@@ -167,6 +187,9 @@ def test_two_rounds_equal_the_path_they_replace(method, model, monkeypatch):
         torch.testing.assert_close(got, want, rtol=0, atol=tol, msg=lambda m: f"{what}: {m}")
 
     for part in old_state:
+        if old_state[part] is None:  # FedAvg's local state where nothing stays local
+            assert new_state[part] is None
+            continue
         assert set(new_state[part]) == set(old_state[part])
         for k in old_state[part]:
             close(new_state[part][k], old_state[part][k], f"{part} {k}")
@@ -186,7 +209,7 @@ def test_the_steps_recur_eagerly_off_cuda(model):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
-@pytest.mark.parametrize("method", ["pfedme", "perfedavg", "pfedmt"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("model", list(FEDERATIONS))
 def test_cuda_graph_rounds_equal_eager_rounds_on_cuda(method, model, monkeypatch):
     """On CUDA the recurring steps are captured and replayed as CUDA graphs: two rounds equal the same
@@ -206,7 +229,7 @@ def test_cuda_graph_rounds_equal_eager_rounds_on_cuda(method, model, monkeypatch
         data = FederatedData(data.x.cuda(), data.y.cuda(), on_cuda(data.train), on_cuda(data.test), data.num_classes)
         fed = make_federation(data, net.cuda(), LocalSGD(epochs=1, batch_size=3, lr=0.1), participation=0.75, seed=5)
         fed.teams = np.array([0, 0, 1, 1])
-        hp = dict(HP[method], **({"local_steps": 6} if method != "pfedmt" else {"local_iterations": 3}))
+        hp = dict(HP[method], **({"local_steps": 6} if method != "pfedmt" else {"local_iterations": 3}))  # >= 4 uses
         algo = ALGORITHMS[method](**hp)
         factory = fed.minibatch_gradients
 
@@ -226,7 +249,7 @@ def test_cuda_graph_rounds_equal_eager_rounds_on_cuda(method, model, monkeypatch
     graphed, graphed_loss = rounds(True)
     assert captured
     for part in eager:
-        for k in eager[part]:
+        for k in eager[part] or {}:
             want, got = eager[part][k], graphed[part][k]
             tol = 64 * 64 * U * max(1.0, float(want.abs().max())) if want.is_floating_point() else 0
             torch.testing.assert_close(got, want, rtol=0, atol=tol)

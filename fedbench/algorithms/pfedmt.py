@@ -35,10 +35,12 @@ Fidelity choices (see docs/original_code_notes.md §3.2-3.3):
   with the two tiers' weights tau_i delta_j (fedbench's choice; the paper has no BatchNorm).
 
 All devices of all teams are advanced at once: per-device parameters are stacked along a
-leading axis and :class:`~fedbench.engine.device_gradient.MinibatchGradients` gives every
-device's minibatch gradient in one call; team models ``[M, ...]`` reach their devices by
-indexing with the team-id vector.  The update arithmetic (:func:`pfedmt_round`) takes the
-device gradient as a plug-in, so the tests run the very same code on quadratic losses.
+leading axis and :class:`~fedbench.engine.device_gradient.MinibatchGradients` takes every
+device's Eq. (10) step in one call (``oracle.step``: the gradient fused into the update for
+Linear/ReLU stacks, the wide model for CNNs), replayed as a CUDA graph on CUDA; team models
+``[M, ...]`` reach their devices by indexing with the team-id vector.  The update arithmetic
+(:func:`pfedmt_round`) takes the device gradient (or the fused device step) as a plug-in, so the
+tests run the very same code on quadratic losses.
 """
 
 from __future__ import annotations

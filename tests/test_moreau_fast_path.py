@@ -268,3 +268,78 @@ def test_cuda_graph_rounds_equal_eager_rounds_on_cuda(method, model, monkeypatch
             tol = 64 * 64 * U * max(1.0, float(want.abs().max())) if want.is_floating_point() else 0
             torch.testing.assert_close(got, want, rtol=0, atol=tol)
     torch.testing.assert_close(graphed_loss, eager_loss, rtol=0, atol=64 * 64 * U * 10)
+
+
+class _FakeCuda:
+    """Stands in for torch.cuda's streams and graphs on the CPU, to check :class:`Recurring`'s
+    bookkeeping: ``capture_begin``/``capture_end`` mark a capture, during which the step under test
+    records itself instead of running (as a CUDA graph records kernels); ``replay`` runs the record."""
+
+    recording = None
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    class CUDAGraph:
+        def capture_begin(self, *args, **kwargs):
+            _FakeCuda.recording = self
+            self.record = None
+
+        def capture_end(self):
+            _FakeCuda.recording = None
+
+        def replay(self):
+            self.record()
+
+    @staticmethod
+    def stream(_):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def current_stream():
+        return _FakeCuda.Stream()
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["captures", "capture fails"])
+def test_recurring_warms_up_captures_once_and_replays_on_the_latest_inputs(fails, monkeypatch):
+    """:class:`Recurring` on "CUDA" (faked): the first call runs eagerly (the warm-up), the second is
+    captured against static copies of its inputs and replayed, every later call copies its inputs into
+    those copies and replays, so each call's step sees its own inputs, exactly once; below
+    MIN_GRAPH_USES uses it stays eager; a capture that fails warns and runs that call and all later
+    ones eagerly."""
+    from fedbench.engine import recurring
+
+    for name in ("Stream", "CUDAGraph", "stream", "current_stream"):
+        monkeypatch.setattr(torch.cuda, name, getattr(_FakeCuda, name))
+    seen = []
+    total = torch.zeros(())
+
+    def step(x, y):
+        graph = _FakeCuda.recording
+        if graph is not None:  # being captured: record what would run
+            if fails:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            graph.record = lambda: step(x, y)
+            return
+        seen.append((float(x), float(y)))
+        total.add_(x * y)
+
+    calls = [(torch.tensor(float(i)), torch.tensor(10.0 + i)) for i in range(6)]
+    run = recurring.Recurring(step, uses=len(calls))
+    if fails:
+        with pytest.warns(UserWarning, match="capture .* failed"):
+            for x, y in calls:
+                run(x, y)
+        assert run.eager and run.graph is None
+    else:
+        for x, y in calls:
+            run(x, y)
+        assert run.graph is not None and not run.eager
+    assert seen == [(float(x), float(y)) for x, y in calls]
+    assert float(total) == sum(float(x * y) for x, y in calls)
+    few = recurring.Recurring(step, uses=recurring.MIN_GRAPH_USES - 1)
+    few(*calls[0])
+    assert few.eager and few.graph is None

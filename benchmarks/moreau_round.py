@@ -6,7 +6,9 @@
 (b) ``before``: the round loops as they stood at deb7334, copied below: the plain oracle's
     gradients then each method's ``_foreach`` arithmetic, non-stack models on ``vmap``.
 
-Both ways run the same rounds from the same state and seed, so their models must agree: the largest
+On the CPU one more round per way counts the torch operations it dispatches, views left out (about
+one kernel launch each on a GPU, where the fast path replays CUDA graphs instead).  Both ways run the same rounds from the
+same state and seed, so their models must agree: the largest
 absolute difference of the global models after all rounds is printed beside the times (float32
 rounding of another operation order; tests/test_moreau_fast_path.py bounds it).  Default setting:
 pFedMT's Synthetic cells (config/experiments/pfedmt.yaml): 50 clients in 2 teams, 60 features,
@@ -28,6 +30,7 @@ import time
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fedbench.algorithms.pfedmt as pfedmt_module
 from fedbench.algorithms import ALGORITHMS
@@ -195,6 +198,13 @@ def time_method(args, device, model_name: str, method: str) -> dict:
             sync()
             if timed:
                 way["times"].append((clock() - start) * 1000)
+    ops = {}
+    if device.type == "cpu":  # one more round per way, counting the torch operations it dispatches
+        for name, way in ways.items():
+            way["round"] += 1
+            with CountOps() as counter:
+                way["state"], _ = way["run"](algo, way["fed"], way["state"], way["round"])
+            ops[name] = counter.n
     median = {name: round(statistics.median(w["times"]), 2) for name, w in ways.items()}
     spread = {name: [round(min(w["times"]), 2), round(max(w["times"]), 2)] for name, w in ways.items()}
     fast, before = (ways[k]["state"]["global"] for k in ("fast", "before"))
@@ -205,9 +215,22 @@ def time_method(args, device, model_name: str, method: str) -> dict:
         "torch": torch.__version__, "threads": torch.get_num_threads(), "clock": args.clock, "clients": args.clients,
         "batch_size": args.batch_size, "hp": hp, "rounds": args.warmup + args.repeats, "repeats": args.repeats,
         "paths": {k: w["path"] for k, w in ways.items()}, "ms_per_round": median, "min_max": spread,
-        "before/fast": round(median["before"] / median["fast"], 2),
+        "before/fast": round(median["before"] / median["fast"], 2), "ops_per_round": ops,
         "global_max_abs_diff": diff, "global_max_abs": scale,
     }
+
+
+class CountOps(TorchDispatchMode):
+    """Counts the torch operations dispatched that compute (about one kernel each; a ``_foreach`` op
+    counts once), leaving out views (``view``, ``unsqueeze``, ``transpose``, ``detach``, ...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += not func.is_view
+        return func(*args, **(kwargs or {}))
 
 
 def device_name(device: torch.device) -> str:
@@ -226,7 +249,9 @@ def main() -> None:
     for r in results:
         print(f"{r['method']:9s} {r['model']}: fast {r['ms_per_round']['fast']:9.2f} ms/round ({r['paths']['fast']}), "
               f"before {r['ms_per_round']['before']:9.2f} ms/round ({r['paths']['before']}), before/fast {r['before/fast']}x, "
-              f"global models differ by at most {r['global_max_abs_diff']:.2e} (|values| <= {r['global_max_abs']:.2f})")
+              f"global models differ by at most {r['global_max_abs_diff']:.2e} (|values| <= {r['global_max_abs']:.2f})"
+              + (f"; torch operations per round: fast {r['ops_per_round']['fast']}, before {r['ops_per_round']['before']}"
+                 if r["ops_per_round"] else ""))
     for r in results:
         print(json.dumps(r))
 

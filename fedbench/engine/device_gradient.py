@@ -155,7 +155,8 @@ class MinibatchGradients(GradientOracle):
     ) -> torch.Tensor:
         """:meth:`GradientOracle.step`; on the hand path (``fused``) without gradient tensors: from the
         top layer down, the input gradient (at the old weights), then the weight gradient accumulated
-        straight into the update, ``W.baddbmm_(dz^T, a, beta=1 - decay, alpha=-lr)``."""
+        straight into the update, ``W.baddbmm_(dz^T, a, beta=1 - decay, alpha=-lr / B)`` (the bias likewise,
+        against ones), dz = softmax - onehot."""
         if self.layers is None or not self.fused:
             return super().step(params, batch, clients, buffers, lr=lr, at=at, decay=decay, anchor=anchor, pull=pull,
                                 loss_sum=loss_sum)

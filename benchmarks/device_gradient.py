@@ -3,6 +3,7 @@
 (a) ``hand``: :class:`fedbench.engine.device_gradient.MinibatchGradients` with the hand-written
     batched forward/backward for Linear/ReLU stacks (what MLR and the DNNs use);
 (b) ``vmap``: the same oracle forced onto its generic ``vmap(grad_and_value)`` path;
+(b') ``wide``: the same oracle on the wide model (the path of convolutional and BatchNorm models);
 (c) ``loop``: one device after another, autograd on the device's own minibatch (how a per-client
     implementation such as PerMFL's computes the same gradients).
 
@@ -61,8 +62,8 @@ def main() -> None:
     everyone = torch.arange(args.devices)
     alpha, lam = 0.01, 15.0
 
-    def oracle_way(hand_written: bool):
-        oracle = MinibatchGradients(model, data, data.train, args.batch_size, hand_written=hand_written)
+    def oracle_way(hand_written: bool, wide: bool = False):
+        oracle = MinibatchGradients(model, data, data.train, args.batch_size, hand_written=hand_written, wide=wide)
         theta = {k: v.clone() for k, v in anchor.items()}
         generator = torch.Generator().manual_seed(1)
 
@@ -94,7 +95,7 @@ def main() -> None:
 
         return run
 
-    ways = {"hand": oracle_way(True), "vmap": oracle_way(False), "loop": loop_way()}
+    ways = {"hand": oracle_way(True), "vmap": oracle_way(False), "wide": oracle_way(False, wide=True), "loop": loop_way()}
     for run in ways.values():  # warm-up
         run()
     times = {name: [] for name in ways}
@@ -106,7 +107,7 @@ def main() -> None:
     median = {name: round(statistics.median(t), 3) for name, t in times.items()}
     for name, ms in median.items():
         print(f"{name:5s} {ms:8.3f} ms per step of {args.devices} devices")
-    ratios = {"vmap/hand": round(median["vmap"] / median["hand"], 2), "loop/hand": round(median["loop"] / median["hand"], 2)}
+    ratios = {f"{k}/hand": round(median[k] / median["hand"], 2) for k in ("vmap", "wide", "loop")}
     print(" ".join(f"{k} {v}x" for k, v in ratios.items()))
     print(json.dumps({
         "benchmark": "device_gradient", "model": args.model, "devices": args.devices, "batch_size": args.batch_size,

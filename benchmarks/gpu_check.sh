@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One prepared GPU check for a lent machine (a few minutes): the CUDA-parametrised engine tests,
+# One prepared GPU check for a lent machine (a few minutes): the CUDA-parametrised engine tests (and the
+# Moreau family's CUDA-graph rounds, tests/test_moreau_fast_path.py),
 # then `make bench-gpu` family by family, each under its own time limit so that one slow or
 # failing family still leaves the others' figures.  Writes into OUTDIR (default gpu_check/):
 #   pytest.log, bench.log and throughputs.yaml (config/throughputs.yaml with the measured `cuda`
@@ -8,7 +9,8 @@
 #   bash benchmarks/gpu_check.sh [OUTDIR] [PYTHON]
 #   GPU_CHECK=grids bash benchmarks/gpu_check.sh [OUTDIR] [PYTHON]
 #
-# GPU_CHECK (default "tests bench") names the parts; "grids" runs the slow test that trains every
+# GPU_CHECK (default "tests bench") names the parts; "moreau" times the Moreau family's rounds (below);
+# "grids" runs the slow test that trains every
 # pairing the paper grids plan for two rounds, on the GPU (12 pytest-xdist workers, GRIDS_TIMEOUT
 # seconds at most; grids.log, and grids_reports.log written test by test: every outcome and each
 # failure's traceback; needs pytest-xdist, and umap-learn for FLT's pairings).
@@ -33,7 +35,20 @@ if [[ " $parts " == *" grids "* ]]; then
     timeout "${GRIDS_TIMEOUT:-600}" "$python" -m pytest -q -p no:cacheprovider -p report_as_you_go -m slow -n 12 \
     --tb=short tests/test_paper_grids_train.py 2>&1 | tee "$out/grids.log"
 fi
-[[ " $parts " == *" tests "* ]] && timeout 120 "$python" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py 2>&1 | tee "$out/pytest.log"
+[[ " $parts " == *" tests "* ]] && timeout 120 "$python" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py tests/test_moreau_fast_path.py 2>&1 | tee "$out/pytest.log"
+
+# "moreau": one round of pFedMe / pFedMT (and Per-FedAvg) two ways, the fast path (fused oracle steps, wide
+# model, CUDA graphs) against the loops before it (benchmarks/moreau_round.py), at pFedMT's Synthetic shapes
+# and on FeMAM's ResNet-9 pFedMe cell (50 clients, batch 32, R = 56, vmap before); moreau.log
+if [[ " $parts " == *" moreau "* ]]; then
+  for entry in "mlr:60:--methods pfedme,perfedavg,pfedmt" "dnn:60:--methods pfedme,perfedavg,pfedmt" \
+               "resnet9:150:--methods pfedme --clients 50 --samples 900 --batch-size 32 --local-steps 56 --repeats 3"; do
+    IFS=: read -r model seconds flags <<< "$entry"
+    # shellcheck disable=SC2086
+    timeout "$seconds" "$python" benchmarks/moreau_round.py --device cuda --model "$model" $flags 2>&1 | tee -a "$out/moreau.log"
+    echo "# moreau $model: exit ${PIPESTATUS[0]}" | tee -a "$out/moreau.log"
+  done
+fi
 
 [[ " $parts " == *" bench "* ]] || exit 0
 cp config/throughputs.yaml "$out/throughputs.yaml"

@@ -12,22 +12,29 @@ from fedbench.engine.device_gradient import MinibatchGradients
 MODELS = {
     "mlr": lambda: nn.Sequential(nn.Flatten(), nn.Linear(5, 3)),
     "mlp": lambda: nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)),
-    "tanh (vmap path)": lambda: nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3)),
+    "tanh (wide path)": lambda: nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3)),
+    "layernorm (vmap path)": lambda: nn.Sequential(nn.Linear(5, 4), nn.LayerNorm(4), nn.Linear(4, 3)),
 }
+# the paths an oracle may take, most specialised first: the flags that leave it the first one
+PATHS = {"hand": {}, "wide": {"hand_written": False}, "vmap": {"hand_written": False, "wide": False}}
 
 
-@pytest.mark.parametrize("hand_written", [True, False])
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("name", list(MODELS))
-def test_gradient_matches_each_clients_autograd(name, hand_written):
-    """Every client's gradient (both code paths) equals its own autograd gradient of the mean
-    cross-entropy + wd/2 ||theta||^2 on the drawn rows, which all belong to that client."""
+def test_gradient_matches_each_clients_autograd(name, path):
+    """Every client's gradient (on every code path the model can take) equals its own autograd
+    gradient of the mean cross-entropy + wd/2 ||theta||^2 on the drawn rows, which all belong to
+    that client."""
     torch.manual_seed(0)
     data = make_data([6, 3, 9])
     model = MODELS[name]()
     names = [n for n, _ in model.named_parameters()]
     g = torch.Generator().manual_seed(0)
     theta = {n: torch.randn(3, *p.shape, generator=g) for n, p in model.named_parameters()}
-    oracle = MinibatchGradients(model, data, data.train, batch_size=5, weight_decay=0.1, hand_written=hand_written)
+    oracle = MinibatchGradients(model, data, data.train, batch_size=5, weight_decay=0.1, **PATHS[path])
+    if oracle.path != path:
+        assert list(PATHS).index(oracle.path) > list(PATHS).index(path)  # falls to a more general path
+        pytest.skip(f"{name} cannot take the {path} path")
     clients = torch.arange(3)
     batches = oracle.draw(2, clients, g)
     rows = batches.rows
@@ -97,7 +104,8 @@ def test_softmax_is_shifted_per_row_so_clients_with_logits_far_apart_stay_finite
             torch.testing.assert_close(grads[n][j].double(), params[n].grad, rtol=1e-4, atol=1e-5)
 
 
-def test_batchnorm_clients_train_on_batch_statistics_and_move_their_own_running_statistics():
+@pytest.mark.parametrize("path", ["wide", "vmap"])
+def test_batchnorm_clients_train_on_batch_statistics_and_move_their_own_running_statistics(path):
     """A model with BatchNorm (FeMAM's ResNet-9 grid runs pFedMe on one): every client's gradient is
     its own model's, in training mode on its minibatch's statistics, and its own row of the running
     statistics moves as ``nn.BatchNorm1d``'s forward moves them: each client is checked against a
@@ -111,7 +119,8 @@ def test_batchnorm_clients_train_on_batch_statistics_and_move_their_own_running_
     start = {"1.running_mean": torch.randn(3, 4, generator=g), "1.running_var": torch.rand(3, 4, generator=g) + 0.5,
              "1.num_batches_tracked": torch.tensor([0, 4, 9])}
     buffers = {k: v.clone() for k, v in start.items()}
-    oracle = MinibatchGradients(model, data, data.train, batch_size=3)
+    oracle = MinibatchGradients(model, data, data.train, batch_size=3, **PATHS[path])
+    assert oracle.path == path
     clients = torch.arange(3)
     batch = oracle.draw(1, clients, g)
     grads, loss = oracle(theta, batch[0], clients, buffers)
@@ -137,42 +146,48 @@ LINEAR_RELU_STACKS = {
 }
 
 
-@pytest.mark.parametrize("name", [*LINEAR_RELU_STACKS, "tanh (vmap path)"])
+@pytest.mark.parametrize("name", [*LINEAR_RELU_STACKS, "tanh (wide path)", "layernorm (vmap path)"])
 def test_linear_relu_stacks_take_the_hand_written_path_unless_told_not_to(name, monkeypatch):
     """The dispatch the module docstring promises: a plain ``[Flatten,] Linear, ReLU, ..., Linear`` stack
     (MLR and the DNNs of the pFedMe/pFedMT grids; samples with one input dimension need no Flatten)
     takes the hand-written batched forward/backward by default, which is several times faster on the
-    CPU than ``vmap``; any other model, and every model with ``hand_written=False``, goes through
-    ``vmap`` of ``functional_call``.  Both give the same gradients
-    (test_gradient_matches_each_clients_autograd checks each path against autograd)."""
+    CPU than ``vmap``; a model the wide model folds (here a Tanh MLP; the CNNs and ResNet-9) takes the
+    wide path, also a ReLU stack with ``hand_written=False``; any other model (a LayerNorm), and every
+    model with ``hand_written=False, wide=False``, goes through ``vmap`` of ``functional_call``.  All
+    give the same gradients (test_gradient_matches_each_clients_autograd checks each path against
+    autograd)."""
     import fedbench.engine.device_gradient as module
 
     used = []
-    by_hand, functional = module.linear_stack_gradient, module.functional_call
-    monkeypatch.setattr(module, "linear_stack_gradient", lambda *a: used.append("by hand") or by_hand(*a))
+    by_hand, functional, wide = module.linear_stack_gradient, module.functional_call, MinibatchGradients._wide_gradient
+    monkeypatch.setattr(module, "linear_stack_gradient", lambda *a: used.append("hand") or by_hand(*a))
     monkeypatch.setattr(module, "functional_call", lambda *a, **k: used.append("vmap") or functional(*a, **k))
+    monkeypatch.setattr(MinibatchGradients, "_wide_gradient", lambda *a: used.append("wide") or wide(*a))
     data = make_data([4, 3])
     model = {**MODELS, **LINEAR_RELU_STACKS}[name]()
     theta = {n: p.detach().expand(2, *p.shape).clone() for n, p in model.named_parameters()}
     clients = torch.arange(2)
-    for kwargs, expected in (({}, "by hand" if name in LINEAR_RELU_STACKS else "vmap"), ({"hand_written": False}, "vmap")):
+    default = "hand" if name in LINEAR_RELU_STACKS else "vmap" if "layernorm" in name else "wide"
+    for kwargs, expected in (({}, default), (PATHS["wide"], "vmap" if "layernorm" in name else "wide"), (PATHS["vmap"], "vmap")):
         used.clear()
         oracle = MinibatchGradients(model, data, data.train, batch_size=3, **kwargs)
         oracle(theta, oracle.draw(1, clients, torch.Generator().manual_seed(0))[0], clients)
-        assert set(used) == {expected}, kwargs
+        assert set(used) == {expected} and oracle.path == expected, kwargs
 
 
-def test_dropout_is_active_and_every_client_draws_its_own_masks():
-    """The vmap path runs the model in training mode with ``randomness="different"``, as each client's
-    own model trains in the authors' loops: dropout is active (a client's gradient is not the
-    dropout-free one, autograd in eval mode) and every client draws its own masks (two clients with
-    the same parameters on the same minibatch get different gradients)."""
+@pytest.mark.parametrize("path", ["wide", "vmap"])
+def test_dropout_is_active_and_every_client_draws_its_own_masks(path):
+    """The wide and the vmap path run the model in training mode (vmap with ``randomness="different"``),
+    as each client's own model trains in the authors' loops: dropout is active (a client's gradient is
+    not the dropout-free one, autograd in eval mode) and every client draws its own masks (two clients
+    with the same parameters on the same minibatch get different gradients)."""
     torch.manual_seed(0)
     data = make_data([4, 4])
     model = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 3))
     theta = {n: p.detach().expand(2, *p.shape).clone() for n, p in model.named_parameters()}
     x, y = data.x[:4], data.y[:4]
-    oracle = MinibatchGradients(model, data, data.train, batch_size=4)
+    oracle = MinibatchGradients(model, data, data.train, batch_size=4, **PATHS[path])
+    assert oracle.path == path
     grads, loss = oracle(theta, (x.expand(2, 4, 5), y.expand(2, 4)), torch.arange(2))
     assert torch.isfinite(loss).all()
     eval_grad, _ = _eval_mode_gradient(model, x, y)
@@ -186,3 +201,36 @@ def _eval_mode_gradient(model, x, y):
     ce = nn.functional.cross_entropy(own(x), y)
     ce.backward()
     return {n: p.grad for n, p in own.named_parameters()}, ce.detach()
+
+
+@pytest.mark.parametrize("at", [False, True], ids=["at params", "at another point"])
+@pytest.mark.parametrize("name", ["mlr", "mlp", "tanh (wide path)"])
+def test_step_is_the_proximal_gradient_step(name, at):
+    """``oracle.step`` -- fused on the hand path (the weight gradient accumulated straight into the
+    update), a gradient and ``_foreach`` updates elsewhere -- is, for every client row,
+    params <- (1 - decay) params - lr grad F(at) + pull anchor, F = mean cross-entropy + wd/2 ||.||^2
+    at ``at`` (default: params itself, the weights before the step), with the losses at ``at`` added to
+    ``loss_sum``; a client without training rows (client 1) takes only the decay, the weight decay
+    and the pull.  Checked against the oracle's own gradients with the same arithmetic in float64
+    (the step runs in float32: agreement within float32 rounding of a few operations)."""
+    torch.manual_seed(0)
+    data = make_data([6, 0, 9])
+    model = MODELS[name]()
+    g = torch.Generator().manual_seed(4)
+    theta = {n: torch.randn(3, *p.shape, generator=g) for n, p in model.named_parameters()}
+    point = {n: v + 0.3 * torch.randn(v.shape, generator=g) for n, v in theta.items()} if at else None
+    anchor = {n: torch.randn(v.shape, generator=g) for n, v in theta.items()}
+    oracle = MinibatchGradients(model, data, data.train, batch_size=4, weight_decay=0.05)
+    assert oracle.path == ("wide" if "tanh" in name else "hand")
+    clients = torch.arange(3)
+    batch = oracle.draw(1, clients, g)[0]
+    grads, loss = oracle(point or theta, batch, clients)
+    lr, decay, pull = 0.1, 0.2, 0.15
+    want = {n: (1 - decay) * v.double() - lr * grads[n].double() + pull * anchor[n].double() for n, v in theta.items()}
+    loss_sum = torch.ones(3)
+    got = oracle.step(theta, batch, clients, lr=lr, at=point, decay=decay, anchor=anchor, pull=pull, loss_sum=loss_sum)
+    torch.testing.assert_close(got, loss)
+    torch.testing.assert_close(loss_sum, 1 + loss)
+    assert got[1] == 0
+    for n in theta:
+        torch.testing.assert_close(theta[n].double(), want[n], rtol=1e-6, atol=1e-6)

@@ -12,6 +12,7 @@ from conftest import ce_gradient, make_data, make_federation
 from torch import nn
 
 from fedbench.algorithms import ALGORITHMS
+from fedbench.engine.device_gradient import GradientOracle
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights
 
@@ -26,7 +27,7 @@ class Point(nn.Module):
         self.p = nn.Parameter(torch.zeros(dim, dtype=DT))
 
 
-class QuadraticOracle:
+class QuadraticOracle(GradientOracle):
     """Stands in for MinibatchGradients: f_i(theta) = 1/2 ||theta - c_i||^2, gradient theta - c_i, and
     the loss f_i at the point asked for; records the splits asked for."""
 
@@ -34,7 +35,7 @@ class QuadraticOracle:
         self.c, self.calls = c, calls
 
     def draw(self, steps, clients, generator):
-        return torch.zeros(steps, len(clients), 1, dtype=torch.long)
+        return torch.zeros(steps, 2, len(clients), 1, dtype=torch.long)  # batches[s]: a stand-in (x, y)
 
     def __call__(self, params, rows, clients, buffers=None):
         diff = params["p"] - self.c[clients]

@@ -125,11 +125,11 @@ class Federation:
         buffers = {k: v.clone() for k, v in start.items() if k not in theta}  # each client's own, moved by its forwards
         batches = oracle.draw(steps, clients, self.generator)
         loss_sum = torch.zeros(len(clients), device=self.device)
+        step = oracle.recurring(  # in place on theta, buffers, loss_sum (a CUDA graph on CUDA)
+            lambda x, y: oracle.step(theta, (x, y), clients, buffers, lr=self.local.lr, loss_sum=loss_sum), steps)
         with torch.no_grad():
             for s in range(steps):
-                grads, loss = oracle(theta, batches[s], clients, buffers)
-                torch._foreach_add_(list(theta.values()), [grads[n] for n in theta], alpha=-self.local.lr)
-                loss_sum += loss
+                step(*batches[s])
         return {**start, **theta, **buffers}, loss_sum / max(steps, 1)
 
     def finetune(self, models: Weights, epochs: int, round_: int) -> Weights:

@@ -61,13 +61,17 @@ class PerFedAvg(Algorithm):
         buffers = fed.client_buffers(x, len(chosen))  # running statistics: both forwards of a step move them
         batches = oracle.draw(2 * self.local_steps, chosen, fed.generator)
         loss_sum = torch.zeros(len(chosen), device=fed.device)
+        temp = {n: torch.empty_like(v) for n, v in theta.items()}
+
+        def local_round(x: torch.Tensor, y: torch.Tensor, x_meta: torch.Tensor, y_meta: torch.Tensor) -> None:
+            torch._foreach_copy_(list(temp.values()), list(theta.values()))
+            oracle.step(temp, (x, y), chosen, buffers, lr=fed.local.lr, loss_sum=loss_sum)  # temp = theta - alpha grad f(theta; D)
+            oracle.step(theta, (x_meta, y_meta), chosen, buffers, lr=self.beta, at=temp)  # theta -= beta grad f(temp; D')
+
+        step = oracle.recurring(local_round, self.local_steps)  # in place on theta, temp, buffers, loss_sum
         with torch.no_grad():
             for r in range(self.local_steps):
-                grads, loss = oracle(theta, batches[2 * r], chosen, buffers)
-                temp = dict(zip(names, torch._foreach_add(list(theta.values()), [grads[n] for n in names], alpha=-fed.local.lr)))
-                meta, _ = oracle(temp, batches[2 * r + 1], chosen, buffers)
-                torch._foreach_add_(list(theta.values()), [meta[n] for n in names], alpha=-self.beta)
-                loss_sum += loss
+                step(*batches[2 * r], *batches[2 * r + 1])
         return {"global": {**x, **fed.average({**theta, **buffers}, chosen)}}, loss_sum / max(self.local_steps, 1)
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:

@@ -81,18 +81,19 @@ class PFedMe(Algorithm):
         batches = oracle.draw(self.local_steps, everyone, fed.generator)
         loss_sum = torch.zeros(fed.num_clients, device=fed.device)
         pull, eta = self.personal_lr * self.lam, fed.local.lr * self.lam
+
+        def local_round(x_r: torch.Tensor, y_r: torch.Tensor) -> None:
+            for _ in range(self.inner_steps):
+                # theta <- (1 - lr lam - lr mu) theta + lr lam w - lr grad   (Eq. 7 by K gradient steps;
+                # the code's mu theta, at theta before it moves)
+                oracle.step(theta, (x_r, y_r), everyone, buffers, lr=self.personal_lr, decay=pull + self.personal_lr * self.mu,
+                            anchor=w, pull=pull, loss_sum=loss_sum)
+            torch._foreach_lerp_(wl, th, eta)  # w <- w - eta lam (w - theta)   (Eq. 8)
+
+        step = oracle.recurring(local_round, self.local_steps)  # in place on theta, w, buffers, loss_sum
         with torch.no_grad():
             for r in range(self.local_steps):
-                for _ in range(self.inner_steps):
-                    grads, loss = oracle(theta, batches[r], everyone, buffers)
-                    g = [grads[n] for n in theta]
-                    if self.mu:
-                        torch._foreach_add_(g, th, alpha=self.mu)  # the code's mu theta (before theta moves)
-                    # theta <- (1 - lr lam) theta + lr lam w - lr (grad + mu theta)   (Eq. 7 by K gradient steps)
-                    torch._foreach_lerp_(th, wl, pull)
-                    torch._foreach_add_(th, g, alpha=-self.personal_lr)
-                    loss_sum += loss
-                torch._foreach_lerp_(wl, th, eta)  # w <- w - eta lam (w - theta)   (Eq. 8)
+                step(*batches[r])
             chosen = fed.sample_clients()
             average = fed.average(rows({**w, **buffers}, chosen), chosen)
             # Eq. 10, running statistics mixed like every weight (integer counts: the average's maximum)

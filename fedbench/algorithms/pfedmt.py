@@ -35,10 +35,12 @@ Fidelity choices (see docs/original_code_notes.md §3.2-3.3):
   with the two tiers' weights tau_i delta_j (fedbench's choice; the paper has no BatchNorm).
 
 All devices of all teams are advanced at once: per-device parameters are stacked along a
-leading axis and :class:`~fedbench.engine.device_gradient.MinibatchGradients` gives every
-device's minibatch gradient in one call; team models ``[M, ...]`` reach their devices by
-indexing with the team-id vector.  The update arithmetic (:func:`pfedmt_round`) takes the
-device gradient as a plug-in, so the tests run the very same code on quadratic losses.
+leading axis and :class:`~fedbench.engine.device_gradient.MinibatchGradients` takes every
+device's Eq. (10) step in one call (``oracle.step``: the gradient fused into the update for
+Linear/ReLU stacks, the wide model for CNNs), replayed as a CUDA graph on CUDA; team models
+``[M, ...]`` reach their devices by indexing with the team-id vector.  The update arithmetic
+(:func:`pfedmt_round`) takes the device gradient (or the fused device step) as a plug-in, so the
+tests run the very same code on quadratic losses.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ WEIGHTINGS = ("samples", "uniform")
 
 # device_gradient(theta [D, ...] stacked, k, l) -> (grad f_ij at theta [D, ...], loss [D] or None)
 DeviceGradient = Callable[[Weights, int, int], tuple[Weights, "torch.Tensor | None"]]
+# device_step(theta, anchor, loss_sum, k, l): Eq. (10) in place on theta (anchor: w_i per device), the
+# devices' losses added to loss_sum [D]; returns whether it gave losses
+DeviceStep = Callable[[Weights, Weights, torch.Tensor, int, int], bool]
 
 
 def global_update(x: torch.Tensor, w_bar: torch.Tensor, beta: float, gamma: float, rule: str = "eq4") -> torch.Tensor:
@@ -114,9 +119,13 @@ def pfedmt_round(
     beta: float,
     global_step: str = "eq4",
     device_lam: float | None = None,
+    device_step: DeviceStep | None = None,
 ) -> tuple[Weights, Weights, torch.Tensor | None]:
     """One global round of Algorithm 1 on the (parameter) dict ``x``.  ``device_lam``: the coupling of
     the device step (Eq. 10); None: ``lam``, which the team step (Eq. 7) uses in either case.
+    ``device_step``: Eq. (10) as one fused step (:func:`minibatch_device_step`); default: built from
+    ``device_gradient`` (:func:`gradient_device_step`).  theta and the anchors w_i stay the same
+    tensors through the round (updated in place), so a device step may be replayed as a CUDA graph.
 
     ``team_of`` [D]: team id (0..M-1) of every device; ``A`` [M, D], ``tau`` [M]: aggregation
     weights (:func:`aggregation_weights`).  Returns (x^{t+1}, theta [D, ...] after the devices'
@@ -127,21 +136,22 @@ def pfedmt_round(
     dlam = lam if device_lam is None else device_lam
     # w_i^{t,0} = x^t for every team
     w = broadcast(x_old, num_teams)
+    if device_step is None:
+        device_step = gradient_device_step(device_gradient, alpha, dlam)
     theta: Weights = {}
-    loss_sum = None
+    anchor: Weights = {}
+    first = next(iter(x_old.values()))
+    loss_sum, has_loss = torch.zeros(team_of.shape[0], dtype=first.dtype, device=first.device), False
     for k in range(team_iterations):
-        anchor = {n: v.index_select(0, team_of) for n, v in w.items()}  # w_i broadcast to its devices
-        theta = {n: v.clone() for n, v in anchor.items()}  # Alg. 1 line 4: theta_ij <- w_i^{t,k}
+        for n, v in w.items():  # w_i broadcast to its devices, and Alg. 1 line 4: theta_ij <- w_i^{t,k}
+            if k:
+                torch.index_select(v, 0, team_of, out=anchor[n])
+                theta[n].copy_(anchor[n])
+            else:
+                anchor[n] = v.index_select(0, team_of)
+                theta[n] = anchor[n].clone()
         for l in range(local_iterations):
-            grads, loss = device_gradient(theta, k, l)
-            if loss is not None:
-                loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-            # Eq. (10): theta <- theta - alpha (grad f + lam_d (theta - w_i))
-            #                = (1 - alpha lam_d) theta - alpha grad f + alpha lam_d w_i   (in place, fused)
-            t = list(theta.values())
-            torch._foreach_mul_(t, 1 - alpha * dlam)
-            torch._foreach_add_(t, [grads[n] for n in theta], alpha=-alpha)
-            torch._foreach_add_(t, [anchor[n] for n in theta], alpha=alpha * dlam)
+            has_loss = device_step(theta, anchor, loss_sum, k, l) or has_loss
         # Alg. 1 lines 8-9 / Eq. (7)
         w = {
             n: (1 - eta * lam - eta * gamma) * wi + (eta * gamma) * x_old[n].unsqueeze(0) + (eta * lam) * _mix(A, theta[n])
@@ -150,7 +160,24 @@ def pfedmt_round(
     # Alg. 1 lines 11-12
     x_new = {n: global_update(x_old[n], _mix(tau[None, :], w[n])[0], beta, gamma, global_step) for n in x_old}
     steps = max(team_iterations * local_iterations, 1)
-    return x_new, theta, None if loss_sum is None else loss_sum / steps
+    return x_new, theta, loss_sum / steps if has_loss else None
+
+
+def gradient_device_step(device_gradient: DeviceGradient, alpha: float, dlam: float) -> DeviceStep:
+    """Eq. (10) from a device gradient: theta <- theta - alpha (grad f + lam_d (theta - w_i))
+    = (1 - alpha lam_d) theta - alpha grad f + alpha lam_d w_i, in place (fused ``_foreach``)."""
+
+    def step(theta: Weights, anchor: Weights, loss_sum: torch.Tensor, k: int, l: int) -> bool:
+        grads, loss = device_gradient(theta, k, l)
+        t = list(theta.values())
+        torch._foreach_mul_(t, 1 - alpha * dlam)
+        torch._foreach_add_(t, [grads[n] for n in theta], alpha=-alpha)
+        torch._foreach_add_(t, [anchor[n] for n in theta], alpha=alpha * dlam)
+        if loss is not None:
+            loss_sum.add_(loss.detach())
+        return loss is not None
+
+    return step
 
 
 def minibatch_device_gradient(fed: Federation, single: Weights, local_iterations: int) -> tuple[DeviceGradient, Weights]:
@@ -169,6 +196,32 @@ def minibatch_device_gradient(fed: Federation, single: Weights, local_iterations
         return oracle(theta, batches[l], everyone, buffers)
 
     return gradient, buffers
+
+
+def minibatch_device_step(
+    fed: Federation, single: Weights, team_iterations: int, local_iterations: int, alpha: float, dlam: float,
+) -> tuple[DeviceStep, Weights]:
+    """:func:`minibatch_device_gradient`'s draws and gradients with Eq. (10) as the oracle's one fused
+    step (:meth:`~fedbench.engine.device_gradient.GradientOracle.step`), recurring on the round's
+    theta and anchors (a CUDA graph on CUDA); and the devices' own buffers."""
+    oracle = fed.minibatch_gradients()
+    everyone = torch.arange(fed.num_clients, device=fed.device)
+    buffers = fed.client_buffers(single, fed.num_clients)
+    batches, bound, run = None, None, None
+
+    def step(theta: Weights, anchor: Weights, loss_sum: torch.Tensor, k: int, l: int) -> bool:
+        nonlocal batches, bound, run
+        if l == 0:
+            batches = oracle.draw(local_iterations, everyone, fed.generator)
+        if bound is None or any(a is not b for a, b in zip(bound, (theta, anchor, loss_sum))):  # bound once a round
+            bound = (theta, anchor, loss_sum)
+            run = oracle.recurring(lambda x, y: oracle.step(theta, (x, y), everyone, buffers, lr=alpha, decay=alpha * dlam,
+                                                            anchor=anchor, pull=alpha * dlam, loss_sum=loss_sum),
+                                   team_iterations * local_iterations)
+        run(*batches[l])
+        return True
+
+    return step, buffers
 
 
 def team_ids(fed: Federation) -> torch.Tensor:
@@ -217,13 +270,14 @@ class PFedMT(Algorithm):
         params = {n: x[n] for n in names}
         team_of = team_ids(fed)
         A, tau = aggregation_weights(team_of, fed.data.train.counts, self.weighting)
-        gradient, buffers = minibatch_device_gradient(fed, x, self.local_iterations)
+        dlam = self.lam if self.device_lam is None else self.device_lam
+        step, buffers = minibatch_device_step(fed, x, self.team_iterations, self.local_iterations, self.alpha, dlam)
         with torch.no_grad():  # torch.func.grad works under no_grad; no autograd graph across steps
             x_params, theta, loss = pfedmt_round(
-                params, team_of, A, tau, gradient,
+                params, team_of, A, tau, None,
                 team_iterations=self.team_iterations, local_iterations=self.local_iterations,
                 alpha=self.alpha, eta=self.eta, lam=self.lam, gamma=self.gamma, beta=self.beta,
-                global_step=self.global_step, device_lam=self.device_lam,
+                global_step=self.global_step, device_lam=self.device_lam, device_step=step,
             )
         if not theta:  # K = 0: nothing trained this round
             theta = {n: state["personal"][n] for n in names}

@@ -14,11 +14,22 @@ evaluations together with its own update rule (proximal pulls, inner/outer loops
   cross-entropy ``[C]``.  A client without rows in the split contributes a zero data gradient.
 
 Plain ``[Flatten,] Linear, ReLU, ..., Linear`` stacks (MLR, the DNNs) take a hand-written
-batched forward/backward (``bmm``); every other model goes through ``torch.func.vmap`` of
-``grad_and_value`` over ``functional_call``, in training mode.  Only parameters are
+batched forward/backward (``bmm``, path ``"hand"``); models :func:`~fedbench.engine.wide_model.widen`
+folds (convolutions, BatchNorm: the CNNs, ResNet-9) run as one *wide* model of all clients, the
+model's own forward and one autograd backward of the sum of the clients' losses (``"wide"``, as
+the vectorised trainer's wide step); every other model goes through ``torch.func.vmap`` of
+``grad_and_value`` over ``functional_call`` (``"vmap"``), in training mode.  Only parameters are
 differentiated.  A model with buffers (BatchNorm's running statistics) takes every client's own
 ``buffers`` row, which each forward updates in place, as a client's model does in the
 authors' PyTorch loops (one forward per gradient; :func:`client_buffers` makes the rows).
+
+The methods take their steps through :meth:`GradientOracle.step`, one proximal gradient step in
+place, ``params <- (1 - decay) params - lr grad F(at) + pull anchor``: on the hand path the
+gradient goes straight into the update (``baddbmm_``, no gradient tensors), elsewhere a gradient
+and three fused ``_foreach`` updates.  A step that recurs with the same state tensors (pFedMe's
+local round, pFedMT's device step, Per-FedAvg's inner + meta step) is wrapped by
+:meth:`GradientOracle.recurring`: on CUDA it is captured once as a CUDA graph and replayed
+(:class:`~fedbench.engine.recurring.Recurring`), elsewhere it is simply called.
 """
 
 from __future__ import annotations
@@ -32,10 +43,42 @@ from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.fused_mlp import linear_stack, linear_stack_forward
 from fedbench.engine.batches import effective_batch
 from fedbench.engine.minibatch import gather_minibatch
+from fedbench.engine.recurring import Recurring
 from fedbench.engine.weights import Weights
+from fedbench.engine.wide_model import count_batches, wide_forward, wide_twin, wide_weights
 
 
-class MinibatchGradients:
+class GradientOracle:
+    """What the Moreau family asks of a gradient oracle beyond ``oracle(params, batch, clients,
+    buffers) -> (grads, losses)``: the in-place proximal step built on it, and recurring steps.
+    Subclasses may fuse :meth:`step` (:class:`MinibatchGradients` does on its hand path)."""
+
+    def step(
+        self, params: Weights, batch, clients: torch.Tensor, buffers: Weights | None = None, *, lr: float,
+        at: Weights | None = None, decay: float = 0.0, anchor: Weights | None = None, pull: float = 0.0,
+        loss_sum: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """In place: ``params <- (1 - decay) params - lr grad F(at) + pull anchor`` for every client
+        row, F the oracle's loss on ``batch`` and ``at`` the point the gradient is taken at (default
+        ``params``; Per-FedAvg's meta step takes it elsewhere).  The losses ``[C]`` at ``at`` are added
+        to ``loss_sum`` (when given) and returned."""
+        grads, loss = self(params if at is None else at, batch, clients, buffers)
+        p = list(params.values())
+        if decay:
+            torch._foreach_mul_(p, 1.0 - decay)
+        torch._foreach_add_(p, [grads[n] for n in params], alpha=-lr)
+        if pull:
+            torch._foreach_add_(p, [anchor[n] for n in params], alpha=pull)
+        if loss_sum is not None:
+            loss_sum.add_(loss)
+        return loss
+
+    def recurring(self, step, uses: int) -> Recurring:
+        """``step(*inputs)`` (in place on tensors it holds) run ``uses`` times: eagerly here."""
+        return Recurring(step, 0)
+
+
+class MinibatchGradients(GradientOracle):
     def __init__(
         self,
         model: nn.Module,
@@ -44,14 +87,23 @@ class MinibatchGradients:
         batch_size: int,
         weight_decay: float = 0.0,
         hand_written: bool = True,
+        wide: bool = True,
+        fused: bool = True,
+        cuda_graphs: bool = True,
     ):
+        """``hand_written``/``wide``: allow the hand-written and the wide path (else ``vmap``);
+        ``fused``: the hand path's gradient straight into :meth:`step`'s update; ``cuda_graphs``:
+        replay :meth:`recurring` steps as CUDA graphs (CUDA only)."""
         self.model, self.data, self.split = model, data, split
         self.batch_size, self.weight_decay = batch_size, weight_decay
         self.buffer_names = buffer_names(model)
         self.layers = linear_stack(model, len(data.input_shape)) if hand_written else None
+        self._wide = wide_twin(model, tuple(data.input_shape)) if wide and self.layers is None else None
+        self.path = "hand" if self.layers is not None else "wide" if self._wide is not None else "vmap"
+        self.fused, self.cuda_graphs = fused, cuda_graphs and data.x.device.type == "cuda"
         self._counts = split.counts.cpu().to(torch.float64)
         self._keep_for, self._keep_value = None, None
-        if self.layers is None:
+        if self.path == "vmap":
 
             def loss_fn(params: Weights, buffers: Weights, x, y):
                 logits = functional_call(model, {**params, **buffers}, (x,))
@@ -83,6 +135,8 @@ class MinibatchGradients:
                              "of them (client_buffers), which the forward updates")
         if self.layers is not None:
             grads, loss = linear_stack_gradient(self.layers, params, x, y)
+        elif self._wide is not None:
+            grads, loss = self._wide_gradient(params, buffers or {}, x, y)
         else:
             self.model.train()  # dropout active, each client drawing its own masks; BatchNorm on batch statistics
             grads, loss = self._vmapped(params, buffers or {}, x, y)
@@ -93,6 +147,75 @@ class MinibatchGradients:
         if self.weight_decay:
             torch._foreach_add_(list(grads.values()), [params[n] for n in grads], alpha=self.weight_decay)
         return grads, loss
+
+    def step(
+        self, params: Weights, batch, clients: torch.Tensor, buffers: Weights | None = None, *, lr: float,
+        at: Weights | None = None, decay: float = 0.0, anchor: Weights | None = None, pull: float = 0.0,
+        loss_sum: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """:meth:`GradientOracle.step`; on the hand path (``fused``) without gradient tensors: from the
+        top layer down, the input gradient (at the old weights), then the weight gradient accumulated
+        straight into the update, ``W.baddbmm_(dz^T, a, beta=1 - decay, alpha=-lr / B)`` (the bias likewise,
+        against ones), dz = softmax - onehot."""
+        if self.layers is None or not self.fused:
+            return super().step(params, batch, clients, buffers, lr=lr, at=at, decay=decay, anchor=anchor, pull=pull,
+                                loss_sum=loss_sum)
+        x, y = batch
+        point = params if at is None else at
+        wd = self.weight_decay
+        scale = 1.0 - decay - (lr * wd if at is None else 0.0)  # weight decay at ``params`` itself folds into the decay
+        acts, z = linear_stack_forward(self.layers, point, x)
+        ones, minus_ones = self._ones(y)  # [C, B, 1]: the bias gradient as one more batched product
+        dz, loss = _cross_entropy_backward(z, y, minus_ones, mean=False)  # softmax - onehot: the 1/B goes into the step size
+        keep = self._keep(clients)
+        if keep is not None:
+            dz.mul_(keep.view(-1, 1, 1))
+            loss = loss * keep
+        step = -lr / y.shape[1]
+        for i in reversed(range(len(self.layers))):
+            w, b = self.layers[i]
+            a = acts[i]
+            d_in = torch.bmm(dz, point[w]) if i else None  # before the update moves the weights
+            params[w].baddbmm_(dz.mT, a, beta=scale, alpha=step)
+            params[b].unsqueeze(-1).baddbmm_(dz.mT, ones, beta=scale, alpha=step)
+            if i:
+                dz = d_in.mul_(a > 0)  # through the ReLU
+        if wd and at is not None:
+            torch._foreach_add_(list(params.values()), [at[n] for n in params], alpha=-lr * wd)
+        if pull:
+            torch._foreach_add_(list(params.values()), [anchor[n] for n in params], alpha=pull)
+        if loss_sum is not None:
+            loss_sum.add_(loss)
+        return loss
+
+    def recurring(self, step, uses: int) -> Recurring:
+        """``step(*inputs)``, in place on tensors it holds, run ``uses`` times with the same state: on
+        CUDA (``cuda_graphs``) captured once and replayed, the ``inputs`` copied in (:class:`Recurring`)."""
+        return Recurring(step, uses if self.cuda_graphs else 0)
+
+    def _wide_gradient(self, params: Weights, buffers: Weights, x: torch.Tensor, y: torch.Tensor):
+        """Every client's gradient and mean loss through the wide model: ``x`` ``[C, B, ...]`` as the
+        wide input ``[B, C*channels, ...]``, one forward, autograd of the sum of the clients' mean
+        losses (client j's weights reach only its own loss), running statistics moved per client."""
+        clients, batch = x.shape[:2]
+        wide_x = x.transpose(0, 1).reshape(batch, -1, *x.shape[3:])
+        self._wide.train()
+        with torch.enable_grad():
+            leaves = {k: v.requires_grad_() for k, v in wide_weights({k: p.detach() for k, p in params.items()}).items()}
+            logits = wide_forward(self._wide, {**leaves, **wide_weights(buffers)}, wide_x, clients)
+            per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
+            loss = per_sample.view(clients, batch).mean(1)
+            grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+        count_batches(buffers)
+        return {k: g.view_as(params[k]) for k, g in zip(leaves, grads)}, loss.detach()
+
+    def _ones(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """1 and -1 ``[C, B, 1]`` in the data's dtype (cached per shape)."""
+        shape = (*y.shape, 1)
+        if getattr(self, "_ones_value", None) is None or self._ones_value[0].shape != shape:
+            ones = torch.ones(shape, dtype=self.data.x.dtype, device=y.device)
+            self._ones_value = ones, -ones
+        return self._ones_value
 
     def _keep(self, clients: torch.Tensor) -> torch.Tensor | None:
         """1/0 per client: has rows in the split (None when all have; cached per ``clients`` tensor)."""
@@ -131,14 +254,7 @@ def linear_stack_gradient(layers: list[tuple[str, str]], params: Weights, x: tor
     """Mean cross-entropy gradients of a batched Linear/ReLU stack by hand (``layers`` from
     :func:`~fedbench.engine.fused_mlp.linear_stack`): ``x`` ``[C, B, ...]``, ``y`` ``[C, B]``."""
     acts, z = linear_stack_forward(layers, params, x)
-    # softmax cross-entropy spelled out: on the CPU, log_softmax over 10 classes costs ~10x this
-    z = z.sub_(z.amax(-1, keepdim=True))
-    target = y.unsqueeze(-1)
-    dz = z.exp()
-    total = dz.sum(-1, keepdim=True)
-    loss = (total.log() - z.gather(-1, target)).squeeze(-1).mean(1)
-    dz.div_(total)  # d mean-loss / d logits = (softmax - onehot) / B
-    dz.scatter_add_(-1, target, torch.full_like(target, -1, dtype=dz.dtype)).div_(y.shape[1])
+    dz, loss = _cross_entropy_backward(z, y)
     grads: Weights = {}
     for i in reversed(range(len(layers))):
         w, b = layers[i]
@@ -148,3 +264,20 @@ def linear_stack_gradient(layers: list[tuple[str, str]], params: Weights, x: tor
         if i:
             dz = torch.bmm(dz, params[w]).mul_(a > 0)  # through the ReLU
     return grads, loss
+
+
+def _cross_entropy_backward(
+    z: torch.Tensor, y: torch.Tensor, minus_ones: torch.Tensor | None = None, mean: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """d (mean cross-entropy) / d logits ``[C, B, classes]`` and the mean cross-entropy ``[C]`` of
+    logits ``z`` (overwritten) and labels ``y`` ``[C, B]``; ``mean=False``: the gradient of the sum
+    over the batch (softmax - onehot).  ``minus_ones``: -1 ``[C, B, 1]`` in z's dtype, if at hand."""
+    # softmax cross-entropy spelled out: on the CPU, log_softmax over 10 classes costs ~10x this
+    z = z.sub_(z.amax(-1, keepdim=True))
+    target = y.unsqueeze(-1)
+    dz = z.exp()
+    total = dz.sum(-1, keepdim=True)
+    loss = (total.log() - z.gather(-1, target)).squeeze(-1).mean(1)
+    dz.div_(total)  # d mean-loss / d logits = (softmax - onehot) / B
+    dz.scatter_add_(-1, target, torch.full_like(target, -1, dtype=dz.dtype) if minus_ones is None else minus_ones)
+    return (dz.div_(y.shape[1]) if mean else dz), loss

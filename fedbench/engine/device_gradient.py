@@ -19,6 +19,12 @@ batched forward/backward (``bmm``); every other model goes through ``torch.func.
 differentiated.  A model with buffers (BatchNorm's running statistics) takes every client's own
 ``buffers`` row, which each forward updates in place, as a client's model does in the
 authors' PyTorch loops (one forward per gradient; :func:`client_buffers` makes the rows).
+
+``numerics`` (:class:`~fedbench.engine.numerics.Numerics`): under ``bf16`` the forward runs in
+bfloat16 autocast (the hand-written stack has none, so it gives way to ``vmap``), the loss from
+FP32 logits; ``compile`` compiles the gradient function.  ``channels_last`` cannot apply (``vmap``
+takes no memory format): the methods that use the oracle declare it ignored, so a config that
+sets it for them is refused.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.fused_mlp import linear_stack, linear_stack_forward
 from fedbench.engine.batches import effective_batch
 from fedbench.engine.minibatch import gather_minibatch
+from fedbench.engine.numerics import FP32, Numerics
+from fedbench.engine.step_runner import EagerFallback
 from fedbench.engine.weights import Weights
 
 
@@ -44,20 +52,28 @@ class MinibatchGradients:
         batch_size: int,
         weight_decay: float = 0.0,
         hand_written: bool = True,
+        numerics: Numerics | None = None,
     ):
+        numerics = numerics or FP32
         self.model, self.data, self.split = model, data, split
         self.batch_size, self.weight_decay = batch_size, weight_decay
         self.buffer_names = buffer_names(model)
-        self.layers = linear_stack(model, len(data.input_shape)) if hand_written else None
+        self.layers = linear_stack(model, len(data.input_shape)) if hand_written and not numerics.bf16 else None
+        self._hand_written = (EagerFallback(linear_stack_gradient) if numerics.compile else linear_stack_gradient)
         self._counts = split.counts.cpu().to(torch.float64)
         self._keep_for, self._keep_value = None, None
         if self.layers is None:
 
+            device = data.x.device
+
             def loss_fn(params: Weights, buffers: Weights, x, y):
-                logits = functional_call(model, {**params, **buffers}, (x,))
-                return F.cross_entropy(logits, y)
+                with numerics.autocast(device):
+                    logits = functional_call(model, {**params, **buffers}, (x,))
+                return F.cross_entropy(logits.float(), y)  # in FP32 (a no-op without autocast)
 
             self._vmapped = vmap(grad_and_value(loss_fn), in_dims=(0, 0, 0, 0), randomness="different")
+            if numerics.compile:
+                self._vmapped = EagerFallback(self._vmapped)
 
     def draw(self, steps: int, clients: torch.Tensor, generator: torch.Generator) -> "Minibatches":
         """``steps`` minibatches of every client in ``clients`` (rows uniform with replacement from
@@ -82,7 +98,7 @@ class MinibatchGradients:
             raise ValueError(f"the model has buffers ({', '.join(self.buffer_names)}): pass every client's rows "
                              "of them (client_buffers), which the forward updates")
         if self.layers is not None:
-            grads, loss = linear_stack_gradient(self.layers, params, x, y)
+            grads, loss = self._hand_written(self.layers, params, x, y)
         else:
             self.model.train()  # dropout active, each client drawing its own masks; BatchNorm on batch statistics
             grads, loss = self._vmapped(params, buffers or {}, x, y)

@@ -1,0 +1,89 @@
+"""How a run's training arithmetic is carried out: precision, memory layout, cuDNN autotuning, compilation.
+
+The four ``training`` settings (docs/configuration.md, "Precision and layout"):
+
+* ``precision``: ``fp32`` (default: IEEE FP32 everywhere, TF32 off for matrix products *and*
+  cuDNN convolutions), ``tf32`` (FP32 tensors, TF32 tensor cores for CUDA matrix products and
+  convolutions: 10 mantissa bits in the products), ``bf16`` (``torch.autocast`` to bfloat16 around
+  each training step's forward pass; parameters, gradients, momentum and the SGD update stay FP32,
+  and the loss is computed in FP32 from the logits cast back to FP32: mixed precision with FP32
+  master weights).  Evaluation always runs in FP32 (under ``tf32``: with TF32 products);
+* ``channels_last``: the wide step's and the reference loop's 4-D activations and convolution
+  weights in NHWC memory format (the same numbers up to rounding);
+* ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark`` (cuDNN times its algorithms per shape
+  and keeps the fastest: the first steps of every shape are slower, the choice can vary between runs);
+* ``compile``: ``torch.compile`` of the training step (the vectorised trainer's and the
+  minibatch-gradient oracle's), falling back to eager with a warning where compilation fails.
+
+:meth:`Numerics.backends` sets the process-wide flags for the duration of a run and restores them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+
+import torch
+
+PRECISIONS = {
+    "fp32": "IEEE FP32 throughout (TF32 off for CUDA matrix products and cuDNN convolutions)",
+    "tf32": "FP32 tensors, TF32 tensor cores for CUDA matrix products and cuDNN convolutions",
+    "bf16": "bfloat16 autocast around each training step's forward; FP32 weights, gradients, optimiser state and loss",
+}
+# the training settings of this module and their defaults (the papers' runs: FP32, eager, contiguous)
+NUMERICS_DEFAULTS = {"precision": "fp32", "channels_last": False, "cudnn_benchmark": False, "compile": False}
+
+
+@dataclass(frozen=True)
+class Numerics:
+    precision: str = "fp32"
+    channels_last: bool = False
+    cudnn_benchmark: bool = False
+    compile: bool = False
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision: {self.precision!r} is not a precision; valid choices: {', '.join(PRECISIONS)}")
+        for key in ("channels_last", "cudnn_benchmark", "compile"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key}: must be true or false, got {getattr(self, key)!r}")
+
+    @classmethod
+    def from_training(cls, training: dict) -> Numerics:
+        """The settings of a ``training`` block (absent keys: :data:`NUMERICS_DEFAULTS`)."""
+        return cls(**{k: training.get(k, v) for k, v in NUMERICS_DEFAULTS.items()})
+
+    @property
+    def bf16(self) -> bool:
+        return self.precision == "bf16"
+
+    def record(self) -> dict:
+        return asdict(self)
+
+    def autocast(self, device: torch.device | str):
+        """The context of a training step's forward pass: bfloat16 autocast under ``bf16``, else nothing."""
+        kind = torch.device(device).type
+        # no cast cache: a step may be captured as a CUDA graph, where a cache outliving the capture is unsafe
+        return torch.autocast(kind, dtype=torch.bfloat16, cache_enabled=False) if self.bf16 else contextlib.nullcontext()
+
+    def layout(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in channels-last memory format where it is 4-D and ``channels_last`` is on, else as it is."""
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
+
+    @contextlib.contextmanager
+    def backends(self):
+        """Set the TF32 and cuDNN-autotuning flags this run asks for; the previous ones are restored on exit."""
+        matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+        saved = (matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark)
+        tf32 = self.precision == "tf32"
+        matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark = tf32, tf32, self.cudnn_benchmark
+        try:
+            yield self
+        finally:
+            matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark = saved
+
+
+FP32 = Numerics()
+# why a method whose local steps go through torch.func.vmap ignores channels_last (its ignored_training)
+VMAP_LAYOUT = ("runs every client's model through torch.func.vmap, which takes no memory format "
+               "(channels_last applies to the wide step and the reference loop)")

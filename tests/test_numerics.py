@@ -9,6 +9,7 @@ combinations that cannot work are refused when the config is checked."""
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from torch import nn
 
 from fedbench.config import Cell, ConfigError, check_entries, results_settings, resolve_cell
 from fedbench.engine.batches import make_batch_plan
+from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.numerics import Numerics
@@ -150,6 +152,32 @@ def test_bf16_training_of_a_batchnorm_cnn_stays_near_fp32(conv_case):
     assert torch.allclose(w16["bn1.running_mean"], w32["bn1.running_mean"], rtol=0.05, atol=0.02)
 
 
+def test_bf16_through_vmap_and_the_oracle_with_batchnorm(conv_case):
+    """The vmap step and the minibatch-gradient oracle (pFedMe's, FeMAM's additive levels) under bf16 on
+    a BatchNorm model: BatchNorm takes FP32 input there (vmap's rule refuses bfloat16 beside FP32
+    statistics); the numbers stay as near FP32 as the wide step's."""
+    model, data, start, hp = conv_case
+    (w32, _), (w16, _) = (one_round(model, data, Numerics(precision=p), hp, start, partial(VectorisedTrainer, wide=False))
+                          for p in ("fp32", "bf16"))
+    params = [n for n, _ in model.named_parameters()]
+    moved = torch.cat([(w32[n] - start[n]).flatten() for n in params]).norm()
+    apart = torch.cat([(w16[n] - w32[n]).flatten() for n in params]).norm()
+    assert 1e-4 * moved < apart < 0.2 * moved
+    one = {k: v[:2] for k, v in start.items()}
+    names = [n for n, _ in model.named_parameters()]
+    grads = {}
+    for precision in ("fp32", "bf16"):
+        oracle = MinibatchGradients(model, data, data.train, 8, numerics=Numerics(precision=precision))
+        clients = torch.arange(2)
+        batches = oracle.draw(1, clients, torch.Generator().manual_seed(0))
+        buffers = {k: v.clone() for k, v in one.items() if k not in names}
+        grads[precision], _ = oracle({n: one[n] for n in names}, batches[0], clients, buffers)
+    for n in names:
+        assert grads["bf16"][n].dtype == torch.float32
+        scale = float(grads["fp32"][n].norm())
+        assert 0 < float((grads["bf16"][n] - grads["fp32"][n]).norm()) < 0.1 * scale, n
+
+
 @pytest.mark.parametrize("trainer", [VectorisedTrainer, ReferenceTrainer])
 def test_channels_last_gives_fp32_numbers(conv_case, trainer):
     """NHWC activations and weights: other kernels, the same numbers up to FP32 rounding."""
@@ -173,7 +201,8 @@ def test_defaults_are_the_fp32_eager_path(conv_case):
         assert all(torch.equal(weights[k], runs[0][0][k]) for k in weights) and torch.equal(loss, runs[0][1])
 
 
-def test_compile_wraps_the_step_and_is_recorded():
+def test_compile_wraps_the_step_and_is_recorded(monkeypatch):
+    monkeypatch.setattr(torch, "compile", lambda fn: fn)  # what is wrapped, not what dynamo makes of it (slow to import)
     data = linear_data(2, 4, 6, 3)
     model = nn.Sequential(nn.Flatten(), nn.Linear(6, 3))
     trainer = VectorisedTrainer(model, data, numerics=Numerics(compile=True))
@@ -261,7 +290,8 @@ def test_the_schema_refuses_an_unknown_precision():
         validate_config(tiny_digits_config(precision="fp16"))
 
 
-@pytest.mark.parametrize("method, params", [("pfedme", {}), ("perfedavg", {}), ("fedasam", {}), ("fedavg", {"local_steps": 5})])
+@pytest.mark.parametrize("method, params", [("pfedme", {}), ("perfedavg", {}), ("fedasam", {}), ("fedavg", {"local_steps": 5}),
+                                            ("femam", {"init_rounds": 1})])
 def test_channels_last_is_refused_for_steps_through_vmap(method, params):
     config = tiny_digits_config(channels_last=True)
     config["algorithms"]["fedavg"] = {"method": method, **params}

@@ -27,7 +27,7 @@ from fedbench.engine.batches import BatchPlan
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.minibatch import gather_minibatch
-from fedbench.engine.numerics import FP32, Numerics
+from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
 from fedbench.engine.step_runner import EagerFallback
 from fedbench.engine.weights import Weights, parameter_names
 
@@ -64,6 +64,8 @@ def train_with_gradient(
     numerics = numerics or FP32
     if numerics.compile:
         grad_fn = EagerFallback(grad_fn)
+    if numerics.bf16:
+        fp32_batchnorm(model)  # vmap's batch norm takes no bfloat16 input beside FP32 statistics
     model.train()
     names = parameter_names(model)
     n = len(clients)

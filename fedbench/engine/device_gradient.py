@@ -38,7 +38,7 @@ from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.fused_mlp import linear_stack, linear_stack_forward
 from fedbench.engine.batches import effective_batch
 from fedbench.engine.minibatch import gather_minibatch
-from fedbench.engine.numerics import FP32, Numerics
+from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
 from fedbench.engine.step_runner import EagerFallback
 from fedbench.engine.weights import Weights
 
@@ -65,6 +65,8 @@ class MinibatchGradients:
         if self.layers is None:
 
             device = data.x.device
+            if numerics.bf16:
+                fp32_batchnorm(model)  # vmap's batch norm takes no bfloat16 input beside FP32 statistics
 
             def loss_fn(params: Weights, buffers: Weights, x, y):
                 with numerics.autocast(device):

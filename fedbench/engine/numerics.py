@@ -83,6 +83,27 @@ class Numerics:
             matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark = saved
 
 
+def fp32_batchnorm(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with every BatchNorm layer taking its input in FP32 while autocast is on (a forward
+    pre-hook, installed once; a no-op without autocast, so evaluation and FP32 runs are unchanged).
+    For the steps through ``torch.func.vmap`` under ``bf16``: vmap's batch-norm rule refuses a
+    bfloat16 input beside FP32 weights and running statistics ("expected scalar type BFloat16 but
+    found Float", CPU, torch 2.14); BatchNorm then normalises in FP32, as mixed precision usually
+    keeps it, and the next convolution casts back to bfloat16.  Returns ``model``."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not getattr(module, "_fp32_under_autocast", False):
+            module.register_forward_pre_hook(_fp32_input)
+            module._fp32_under_autocast = True
+    return model
+
+
+def _fp32_input(module, args):
+    x = args[0]
+    if x.dtype not in (torch.bfloat16, torch.float16) or x.device.type not in ("cpu", "cuda"):
+        return None  # FP32 already, or a device without autocast (the meta device's shape probes)
+    return (x.float(), *args[1:]) if torch.is_autocast_enabled(x.device.type) else None
+
+
 FP32 = Numerics()
 # why a method whose local steps go through torch.func.vmap ignores channels_last (its ignored_training)
 VMAP_LAYOUT = ("runs every client's model through torch.func.vmap, which takes no memory format "

@@ -50,7 +50,7 @@ from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.fused_mlp import dropout_stack, mlp_step
 from fedbench.engine.minibatch import gather_minibatch
-from fedbench.engine.numerics import FP32, Numerics
+from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
 from fedbench.engine.step_args import Minibatch, StepState
 from fedbench.engine.step_runner import EagerFallback, StepRunner
 from fedbench.engine.weights import Weights
@@ -116,6 +116,8 @@ class VectorisedTrainer:
         elif folded is not None:
             step = partial(wide_step, folded, data, numerics=numerics)
         else:
+            if numerics.bf16:
+                fp32_batchnorm(self.model)  # vmap's batch norm takes no bfloat16 input beside FP32 statistics
             loss = _masked_loss_fn(self.model, numerics, data.x.device)
             step = partial(vmap_step, vmap(grad_and_value(loss), randomness="different"), data)
         self._step = EagerFallback(step) if compile else step

@@ -60,11 +60,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="torch threads in each benchmark")
     p.add_argument("--skip", default="", help="engine_round --skip (e.g. reference: the slow per-client loop)")
     p.add_argument("--output", default=None, help=f"throughput file to update (default {THROUGHPUTS.relative_to(REPO)}; "
-                                                  "--size tiny writes only with this)")
+                                                  "--size tiny, or any of the four settings below, writes only with this)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"], help="training.precision")
+    p.add_argument("--channels-last", action="store_true", help="training.channels_last")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="training.cudnn_benchmark")
+    p.add_argument("--compile", action="store_true", help="training.compile")
     return p.parse_args(argv)
 
 
-def run_family(family: str, size: str, device: str, threads: int | None, skip: str) -> dict:
+def numerics_flags(args) -> list[str]:
+    """engine_round's flags for the settings other than the defaults (none: the cost model's setting)."""
+    flags = [] if args.precision == "fp32" else ["--precision", args.precision]
+    return flags + [flag for flag, on in (("--channels-last", args.channels_last), ("--cudnn-benchmark", args.cudnn_benchmark),
+                                          ("--compile", args.compile)) if on]
+
+
+def run_family(family: str, size: str, device: str, threads: int | None, skip: str, extra: tuple[str, ...] = ()) -> dict:
     """One engine_round run of ``family``; its JSON result."""
     model, _, classes = FAMILIES[family]
     clients, samples, batch, test, repeats, warmup = SIZES[size][family]
@@ -73,6 +84,7 @@ def run_family(family: str, size: str, device: str, threads: int | None, skip: s
                "--eval", "--test-samples", str(test), "--repeats", str(repeats), "--warmup", str(warmup)]
     command += ["--threads", str(threads)] if threads else []
     command += ["--skip", skip] if skip else []
+    command += list(extra)
     process = subprocess.run(command, capture_output=True, text=True, check=False)
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr[-3000:]}")
@@ -91,7 +103,9 @@ def throughput(family: str, result: dict) -> dict:
         "eval": float(f"{scored / (ms['eval_vectorised'] / 1000):.4g}"),
         "measured": f"{datetime.date.today()}, {result['device']}, torch {result['torch']}, {result['threads']} threads",
         "setting": f"{result['clients']} clients x {result['samples']} samples, batch {result['batch_size']}, "
-                   f"{result['test_samples']} test samples each, median of {result['repeats']}",
+                   f"{result['test_samples']} test samples each, median of {result['repeats']}, precision "
+                   f"{result.get('precision', 'fp32')}" + "".join(f", {k}" for k in ("channels_last", "cudnn_benchmark", "compile")
+                                                                  if result.get(k)),
         "ms_per_round": result["ms_per_round"],
         "speedup_vs": result.get("speedup_vs", {}),
         "eval_speedup": result.get("eval_speedup"),
@@ -101,10 +115,11 @@ def throughput(family: str, result: dict) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     kind = device_kind(args.device)
-    output = Path(args.output) if args.output else (None if args.size == "tiny" else THROUGHPUTS)
+    extra = numerics_flags(args)
+    output = Path(args.output) if args.output else (None if args.size == "tiny" or extra else THROUGHPUTS)
     measured = {}
     for family in filter(None, args.families.split(",")):
-        result = run_family(family, args.size, args.device, args.threads, args.skip)
+        result = run_family(family, args.size, args.device, args.threads, args.skip, tuple(extra))
         result["test_samples"] = SIZES[args.size][family][3]
         measured[family] = throughput(family, result)
         row = measured[family]

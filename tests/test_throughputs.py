@@ -42,3 +42,30 @@ def test_tiny_run_refreshes_only_its_family(throughputs_script, tmp_path):
     assert mlp["train"] == pytest.approx(2 * 8 * 639_200 / (ms["vectorised"] / 1000), rel=2e-3)
     assert mlp["eval"] == pytest.approx(2 * 4 * 317_600 / (ms["eval_vectorised"] / 1000), rel=2e-3)
     assert "2 clients x 8 samples, batch 4" in mlp["setting"]
+
+
+def test_numerics_flags_pass_through_and_keep_the_cost_models_file(throughputs_script):
+    args = throughputs_script.parse_args(["--precision", "bf16", "--channels-last", "--compile"])
+    assert throughputs_script.numerics_flags(args) == ["--precision", "bf16", "--channels-last", "--compile"]
+    assert throughputs_script.numerics_flags(throughputs_script.parse_args([])) == []  # the cost model's setting
+
+
+@pytest.fixture(scope="module")
+def matrix_script():
+    spec = importlib.util.spec_from_file_location("numerics_matrix", BENCH.parent / "numerics_matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_numerics_matrix_logs_every_setting_and_fails_soft(matrix_script, tmp_path):
+    """gpu_check.sh's matrix at the tiny size on the CPU: one row per setting as it arrives; a setting
+    that fails is a row with its error and the next still runs; bf16 takes the MLP through the wide step."""
+    out = tmp_path / "matrix.csv"
+    code = matrix_script.main(["--family", "mlp", "--size", "tiny", "--device", "cpu", "--settings", "fp32,fp8+cl,bf16+cl",
+                               "--warmup", "0", "--repeats", "1", "--csv", str(out)])
+    assert code == 1
+    rows = list(__import__("csv").DictReader(out.open()))
+    assert [(r["setting"], r["status"]) for r in rows] == [("fp32", "ok"), ("fp8+cl", "failed"), ("bf16+cl", "ok")]
+    assert "'fp8' is not a precision" in rows[1]["error"]
+    assert [r["step"] for r in rows] == ["fused_mlp", "", "wide"] and float(rows[2]["train_tflops"]) > 0

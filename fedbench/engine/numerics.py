@@ -12,8 +12,9 @@ The four ``training`` settings (docs/configuration.md, "Precision and layout"):
   weights in NHWC memory format (the same numbers up to rounding);
 * ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark`` (cuDNN times its algorithms per shape
   and keeps the fastest: the first steps of every shape are slower, the choice can vary between runs);
-* ``compile``: ``torch.compile`` of the training step (the vectorised trainer's and the
-  minibatch-gradient oracle's), falling back to eager with a warning where compilation fails.
+* ``compile``: ``torch.compile`` of the training step (the vectorised trainer's, the
+  minibatch-gradient oracle's and the custom steps'), falling back to eager with a warning where
+  compilation fails.
 
 :meth:`Numerics.backends` sets the process-wide flags for the duration of a run and restores them.
 """

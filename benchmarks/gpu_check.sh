@@ -19,7 +19,8 @@
 #               rounds overlapping, against one alone (bf16 + channels_last) -> concurrent.csv
 #   compile     the matrix with compile on: ResNet-9 and ResNet-20 first (the targets), then the
 #               other families, as far as the budget goes (each compile takes tens of seconds)
-#   tests       the CUDA-parametrised engine tests (pytest -k cuda tests/test_engine.py) -> pytest.log
+#   tests       the CUDA-parametrised tests (pytest -k cuda tests/test_engine.py tests/test_numerics.py: the
+#               engine against the reference loop, bf16 / channels_last / tf32 with CUDA graphs) -> pytest.log
 #   grids       the rest of the budget: the slow test that trains every paper-grid pairing for two
 #               rounds, on the GPU, in reverse collection order (the earlier session, cut off at
 #               240 s, reached 64 of 235 pairings, taken in collection order: the never-run ones
@@ -145,7 +146,7 @@ if has compile; then
 fi
 
 if has tests; then
-  step "tests" 90 bash -c "\"$python\" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py 2>&1 | tee \"$out/pytest.log\"; exit \${PIPESTATUS[0]}"
+  step "tests" 90 bash -c "\"$python\" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py tests/test_numerics.py 2>&1 | tee \"$out/pytest.log\"; exit \${PIPESTATUS[0]}"
 fi
 
 if has grids; then

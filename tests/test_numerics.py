@@ -8,8 +8,11 @@ combinations that cannot work are refused when the config is checked."""
 
 from __future__ import annotations
 
+import copy
 import json
+import sys
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +32,8 @@ from fedbench.pipeline import build_partition, run_cell
 from fedbench.plan import validate_config
 from conftest import tiny_digits_config
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
 U = 2.0**-8  # bfloat16: 8 significant bits, round to nearest -> relative error at most 2^-8 per rounding
 G32 = 2.0**-24  # FP32's unit roundoff (accumulations inside the products are FP32)
 
@@ -42,9 +47,42 @@ def linear_data(clients: int, batch: int, features: int, classes: int, seed: int
 
 
 def one_round(model, data, numerics, hp, start, trainer=VectorisedTrainer, seed=1):
+    """One round of every client from ``start``, under the run's flags (TF32 off unless ``tf32``)."""
+    device = data.x.device
     plan = make_batch_plan(data.train.counts, hp.epochs, hp.batch_size, torch.Generator().manual_seed(seed))
-    clients = torch.arange(data.num_clients)
-    return trainer(model, data, numerics=numerics).train({k: v.clone() for k, v in start.items()}, clients, plan, hp)
+    clients = torch.arange(data.num_clients, device=device)
+    with (numerics or Numerics()).backends():
+        return trainer(model.to(device), data, numerics=numerics).train(
+            {k: v.clone().to(device) for k, v in start.items()}, clients, plan, hp)
+
+
+def on(data: FederatedData, device: str) -> FederatedData:
+    index = ClientIndex(data.train.index.to(device), data.train.counts.to(device))
+    return FederatedData(data.x.to(device), data.y.to(device), index, index, data.num_classes)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+
+
+@CUDA
+@pytest.mark.parametrize("setting", ["bf16", "bf16+cl", "fp32+cl", "tf32"])
+def test_cuda_settings_with_cuda_graphs_stay_near_fp32(conv_case, setting):
+    """On the GPU, 6 epochs so that the recurring step shapes run as CUDA graphs: bf16 (with and
+    without channels_last) within the CPU check's loose bound of FP32 (TF32 too: 11 bits, looser
+    than FP32, tighter than bf16), channels_last in FP32 within FP32 rounding of the steps taken."""
+    from numerics_matrix import parse_setting  # noqa: PLC0415 - benchmarks/ is on the path below
+
+    model, data, start, hp = conv_case
+    model = copy.deepcopy(model)  # the fixture's stays on the CPU
+    hp = LocalSGD(epochs=6, batch_size=hp.batch_size, lr=hp.lr, momentum=hp.momentum)
+    data = on(data, "cuda")
+    numerics = parse_setting(setting)
+    (w32, loss32), (got, loss) = (one_round(model, data, n, hp, start) for n in (Numerics(), numerics))
+    params = [n for n, _ in model.named_parameters()]
+    moved = torch.cat([(w32[n] - start[n].cuda()).flatten() for n in params]).norm()
+    apart = torch.cat([(got[n] - w32[n]).flatten() for n in params]).norm()
+    assert apart < (1e-3 if setting == "fp32+cl" else 0.2) * moved, float(apart / moved)
+    assert torch.allclose(loss, loss32, rtol=0.02)
 
 
 def test_one_bf16_sgd_step_of_a_linear_model_is_within_the_derived_bound():

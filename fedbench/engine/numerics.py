@@ -2,8 +2,9 @@
 
 The four ``training`` settings (docs/configuration.md, "Precision and layout"):
 
-* ``precision``: ``fp32`` (default: IEEE FP32 everywhere, TF32 off for matrix products *and*
-  cuDNN convolutions), ``tf32`` (FP32 tensors, TF32 tensor cores for CUDA matrix products and
+* ``precision``: ``fp32`` (default: FP32 tensors under PyTorch's default backend flags, as every run
+  before this setting and the papers' code ran: CUDA matrix products in FP32, cuDNN free to run
+  convolutions in TF32 on Ampere and later GPUs), ``tf32`` (FP32 tensors, TF32 tensor cores for CUDA matrix products and
   convolutions: 10 mantissa bits in the products), ``bf16`` (``torch.autocast`` to bfloat16 around
   each training step's forward pass; parameters, gradients, momentum and the SGD update stay FP32,
   and the loss is computed in FP32 from the logits cast back to FP32: mixed precision with FP32
@@ -27,7 +28,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 PRECISIONS = {
-    "fp32": "IEEE FP32 throughout (TF32 off for CUDA matrix products and cuDNN convolutions)",
+    "fp32": "FP32 tensors, PyTorch's default backend flags (cuDNN may run convolutions in TF32 on Ampere and later)",
     "tf32": "FP32 tensors, TF32 tensor cores for CUDA matrix products and cuDNN convolutions",
     "bf16": "bfloat16 autocast around each training step's forward; FP32 weights, gradients, optimiser state and loss",
 }
@@ -73,11 +74,12 @@ class Numerics:
 
     @contextlib.contextmanager
     def backends(self):
-        """Set the TF32 and cuDNN-autotuning flags this run asks for; the previous ones are restored on exit."""
+        """Set the TF32 flags this run asks for (``tf32``: on for matrix products and convolutions; else
+        PyTorch's defaults) and cuDNN autotuning; the previous flags are restored on exit."""
         matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
         saved = (matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark)
-        tf32 = self.precision == "tf32"
-        matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark = tf32, tf32, self.cudnn_benchmark
+        tf32 = (True, True) if self.precision == "tf32" else (False, True)  # PyTorch's defaults: FP32 products, TF32 convolutions
+        (matmul.allow_tf32, cudnn.allow_tf32), cudnn.benchmark = tf32, self.cudnn_benchmark
         try:
             yield self
         finally:

@@ -21,6 +21,11 @@ one JSON line (last line) for quoting.
     python benchmarks/engine_round.py --device cpu --repeats 7
     python benchmarks/engine_round.py --model fedavg_cnn --data fashion_mnist --eval
     python benchmarks/engine_round.py --model resnet9 --clients 10 --samples 500 --batch-size 32
+
+``--precision fp32|tf32|bf16``, ``--channels-last``, ``--cudnn-benchmark`` and ``--compile`` are the
+training settings of the same names (:mod:`fedbench.engine.numerics`), applied to every way (the
+reference and DataLoader loops run the same autocast and layout; ``--compile`` is the vectorised
+engine's only).  Default ``--precision fp32``: strict FP32, TF32 off.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from fedbench.engine.device import resolve_device
 from fedbench.engine.evaluate import evaluate_clients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.numerics import PRECISIONS, Numerics
 from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
@@ -71,7 +77,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                    help="wall-clock time, or this process's CPU time (steadier on a shared machine; use with --threads 1)")
     p.add_argument("--chunk-size", type=int, default=None, help="VectorisedTrainer chunk_size (default: its own)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the wide or vmap step")
+    p.add_argument("--compile", action="store_true", help="torch.compile the vectorised step (training.compile)")
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="training.precision (default fp32)")
+    p.add_argument("--channels-last", action="store_true", help="training.channels_last")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="training.cudnn_benchmark")
     p.add_argument("--no-cuda-graphs", action="store_true", help="VectorisedTrainer(cuda_graphs=False)")
     p.add_argument("--skip", default="", help="comma-separated ways to leave out: vectorised,reference,dataloader")
     return p.parse_args()
@@ -119,6 +128,12 @@ def cpu_name() -> str:
 
 def main() -> None:
     args = parse_args()
+    numerics = Numerics(args.precision, args.channels_last, args.cudnn_benchmark, args.compile)
+    with numerics.backends():
+        run(args, numerics)
+
+
+def run(args, numerics: Numerics) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -141,13 +156,14 @@ def main() -> None:
         model,
         data,
         chunk_size=args.chunk_size,
-        compile=args.compile,
         cuda_graphs=not args.no_cuda_graphs,
         fused_mlp=args.step in ("auto", "fused"),
         wide=args.step in ("auto", "wide"),
         memory_mb=args.memory_mb,
+        numerics=numerics,
     )
-    reference = ReferenceTrainer(model, data)
+    eager = Numerics(numerics.precision, numerics.channels_last, numerics.cudnn_benchmark)  # the loops: no compile
+    reference = ReferenceTrainer(model, data, numerics=eager)
     plan_gen = torch.Generator().manual_seed(1)
 
     def engine_round(trainer):
@@ -155,6 +171,8 @@ def main() -> None:
         return trainer.train(broadcast(global_weights, C), clients, plan, hp)[0]
 
     loader_model = build_model(spec, shape, k).to(device)
+    if numerics.channels_last:
+        loader_model = loader_model.to(memory_format=torch.channels_last)
     client_sets = [TensorDataset(x_cpu[i], y_cpu[i]) for i in idx]
 
     def dataloader_round():
@@ -166,9 +184,11 @@ def main() -> None:
             loader_model.train()
             for _ in range(hp.epochs):
                 for xb, yb in loader:
-                    xb, yb = xb.to(device), yb.to(device)
+                    xb, yb = eager.layout(xb.to(device)), yb.to(device)
                     opt.zero_grad()
-                    F.cross_entropy(loader_model(xb), yb).backward()
+                    with eager.autocast(device):
+                        logits = loader_model(xb)
+                    F.cross_entropy(logits.float(), yb).backward()
                     opt.step()
             out.append({k: v.detach().clone() for k, v in loader_model.state_dict().items()})
         return out
@@ -246,6 +266,10 @@ def main() -> None:
         "step": vectorised.step_kind,
         "momentum": hp.momentum,
         "compile": args.compile,
+        "compiled": vectorised.numerics_used["compiled"],
+        "precision": args.precision,
+        "channels_last": args.channels_last,
+        "cudnn_benchmark": args.cudnn_benchmark,
         "cuda_graphs": vectorised.cuda_graphs,
         "chunk_size": args.chunk_size,
         "repeats": args.repeats,

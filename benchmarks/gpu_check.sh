@@ -1,62 +1,223 @@
 #!/usr/bin/env bash
-# One prepared GPU check for a lent machine (a few minutes): the CUDA-parametrised engine tests (and the
-# Moreau family's CUDA-graph rounds, tests/test_moreau_fast_path.py),
-# then `make bench-gpu` family by family, each under its own time limit so that one slow or
-# failing family still leaves the others' figures.  Writes into OUTDIR (default gpu_check/):
-#   pytest.log, bench.log and throughputs.yaml (config/throughputs.yaml with the measured `cuda`
-#   families; copy it over config/throughputs.yaml to keep them).
+# One prepared GPU check for a lent machine, within GPU_CHECK_BUDGET seconds (default 570: under
+# 10 minutes with start-up).  Every measurement runs under its own `timeout` (never past the
+# budget), logs its outcome as it arrives, and a failure is one logged line: the rest still run.
 #
 #   bash benchmarks/gpu_check.sh [OUTDIR] [PYTHON]
-#   GPU_CHECK=grids bash benchmarks/gpu_check.sh [OUTDIR] [PYTHON]
+#   GPU_CHECK="matrix concurrent" bash benchmarks/gpu_check.sh OUT      # only these parts
+#   GPU_CHECK="moreau tests" bash benchmarks/gpu_check.sh OUT           # the Moreau family's rounds, the CUDA tests
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_BUDGET=300 GPU_CHECK=moreau \
+#     bash benchmarks/gpu_check.sh OUT .venv/bin/python                 # the moreau part's dry run on the CPU
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_SCALE=6 GPU_CHECK_BUDGET=3000 CONCURRENT_K=2 \
+#     GPU_CHECK="matrix algorithms concurrent grids" bash benchmarks/gpu_check.sh OUT   # a dry run on the CPU
 #
-# GPU_CHECK (default "tests bench") names the parts; "moreau" times the Moreau family's rounds (below);
-# "grids" runs the slow test that trains every
-# pairing the paper grids plan for two rounds, on the GPU (12 pytest-xdist workers, GRIDS_TIMEOUT
-# seconds at most; grids.log, and grids_reports.log written test by test: every outcome and each
-# failure's traceback; needs pytest-xdist, and umap-learn for FLT's pairings).
-# The other parts need torch with CUDA, numpy, pandas, scikit-learn, PyYAML and pytest, not
-# umap-learn or snakemake.  BENCH_SKIP (default "reference") is passed to engine_round's --skip: the
-# DataLoader loop is the peers' way; the reference loop takes as long again.
+# Parts (GPU_CHECK, default "matrix algorithms concurrent compile tests grids"), in this order:
+#   matrix      every family (benchmarks/throughputs.py's: mlp, fedavg_cnn, leaf_cnn, resnet9, resnet20,
+#               vgg16; the papers' client counts) x {fp32, bf16} x {channels first, last}, compile off,
+#               plus bf16 + channels_last + cudnn_benchmark: benchmarks/numerics_matrix.py, one
+#               process per family, achieved training TFLOP/s per setting -> matrix.csv
+#   algorithms  whole rounds of FeMAM and pFedMe on ResNet-9 (FeMAM's 50 clients x 900, batch 32),
+#               fp32 and bf16: benchmarks/algorithm_round.py -> algorithms.csv
+#   moreau      (not by default: the default parts fill the budget already; GPU_CHECK="moreau tests")
+#               one round of pFedMe / Per-FedAvg / pFedMT two ways, the fast path (fused oracle steps,
+#               wide model, CUDA graphs) against the loops before it (benchmarks/moreau_round.py), at
+#               pFedMT's Synthetic shapes (mlr, dnn) and on FeMAM's ResNet-9 pFedMe cell (50 clients,
+#               batch 32, R = 56, vmap before); runs after algorithms -> moreau.log
+#   concurrent  CONCURRENT_K (default 4) ResNet-9 cells in K processes on the one GPU, their timed
+#               rounds overlapping, against one alone (bf16 + channels_last) -> concurrent.csv
+#   compile     the matrix with compile on: ResNet-9 and ResNet-20 first (the targets), then the
+#               other families, as far as the budget goes (each compile takes tens of seconds)
+#   tests       the CUDA-parametrised tests (pytest -k cuda tests/test_engine.py tests/test_numerics.py
+#               tests/test_moreau_fast_path.py: the engine against the reference loop, bf16 / channels_last /
+#               tf32 with CUDA graphs, the Moreau family's rounds with CUDA graphs against eager) -> pytest.log
+#   grids       the rest of the budget: the slow test that trains every paper-grid pairing for two
+#               rounds, on the GPU, in reverse collection order (the earlier session, cut off at
+#               240 s, reached 64 of 235 pairings, taken in collection order: the never-run ones
+#               come first), GRIDS_WORKERS (12) pytest-xdist workers -> grids.log, grids_reports.log (every outcome as
+#               it arrives, each failure's traceback); needs pytest-xdist and umap-learn
+#   bench       (not by default) the former check: `make bench-gpu` family by family, writing
+#               throughputs.yaml (config/throughputs.yaml with the measured `cuda` families)
+# Everything goes to OUTDIR/gpu_check.log too, and a summary (best setting per family, the targets
+# ResNet-9 >= 10 and ResNet-20 >= 8 TFLOP/s) ends it.  Needs torch with CUDA, numpy, pandas,
+# scikit-learn, PyYAML and pytest.
 set -uo pipefail
 out=$(realpath -m "${1:-gpu_check}")
 python=${2:-python3}
+budget=${GPU_CHECK_BUDGET:-570}
+device=${GPU_CHECK_DEVICE:-cuda}
+size=${GPU_CHECK_SIZE:-paper}
+parts=" ${GPU_CHECK:-matrix algorithms concurrent compile tests grids} "
+k=${CONCURRENT_K:-4}
+scale=${GPU_CHECK_SCALE:-1}  # multiplies every step's time limit (a dry run on a slow CPU)
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+log="$out/gpu_check.log"
+start_all=$(date +%s)
+
+left() { echo $(( budget - ($(date +%s) - start_all) )); }
+say() { echo "# [$(( $(date +%s) - start_all )) s] $*" | tee -a "$log"; }
+# step NAME SECONDS COMMAND...: COMMAND under timeout min(SECONDS, what is left), output to the log
+step() {
+  local name=$1 limit=$2 rest
+  shift 2
+  rest=$(left)
+  limit=$(( limit * scale ))
+  (( rest < limit )) && limit=$rest
+  if (( limit < 5 )); then say "$name: not started, the budget is spent"; return 0; fi
+  local t0=$(date +%s)
+  timeout "$limit" "$@" 2>&1 | grep --line-buffered -v '^{' | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  say "$name: exit $rc$( ((rc == 124)) && echo " (stopped at its $limit s limit)"), $(( $(date +%s) - t0 )) s"
+}
+has() { [[ "$parts" == *" $1 "* ]]; }
+count() { if [[ -f "$2" ]]; then grep -c "$1" "$2"; else echo 0; fi; }
 
 {
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
   "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
-} 2>&1 | tee "$out/bench.log"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); device $device, size $size, budget $budget s, parts:$parts"
+} 2>&1 | tee "$log"
 
-parts=${GPU_CHECK:-tests bench}
-if [[ " $parts " == *" grids "* ]]; then
-  FEDBENCH_TEST_DEVICE=cuda FEDBENCH_REPORT_LOG="$out/grids_reports.log" PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" \
-    timeout "${GRIDS_TIMEOUT:-600}" "$python" -m pytest -q -p no:cacheprovider -p report_as_you_go -m slow -n 12 \
-    --tb=short tests/test_paper_grids_train.py 2>&1 | tee "$out/grids.log"
-fi
-[[ " $parts " == *" tests "* ]] && timeout 120 "$python" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py tests/test_moreau_fast_path.py 2>&1 | tee "$out/pytest.log"
+families="resnet9 resnet20 vgg16 fedavg_cnn leaf_cnn mlp"
+declare -A limit=([mlp]=30 [fedavg_cnn]=45 [leaf_cnn]=45 [resnet9]=60 [resnet20]=50 [vgg16]=50)
+matrix=(--size "$size" --device "$device" --csv "$out/matrix.csv")
 
-# "moreau": one round of pFedMe / pFedMT (and Per-FedAvg) two ways, the fast path (fused oracle steps, wide
-# model, CUDA graphs) against the loops before it (benchmarks/moreau_round.py), at pFedMT's Synthetic shapes
-# and on FeMAM's ResNet-9 pFedMe cell (50 clients, batch 32, R = 56, vmap before); moreau.log
-if [[ " $parts " == *" moreau "* ]]; then
-  for entry in "mlr:60:--methods pfedme,perfedavg,pfedmt" "dnn:60:--methods pfedme,perfedavg,pfedmt" \
-               "resnet9:150:--methods pfedme --clients 50 --samples 900 --batch-size 32 --local-steps 56 --repeats 3"; do
-    IFS=: read -r model seconds flags <<< "$entry"
-    # shellcheck disable=SC2086
-    timeout "$seconds" "$python" benchmarks/moreau_round.py --device cuda --model "$model" $flags 2>&1 | tee -a "$out/moreau.log"
-    echo "# moreau $model: exit ${PIPESTATUS[0]}" | tee -a "$out/moreau.log"
+if has matrix; then
+  for family in $families; do
+    step "matrix $family" "${limit[$family]}" "$python" benchmarks/numerics_matrix.py --family "$family" "${matrix[@]}" \
+      --settings fp32,bf16,fp32+cl,bf16+cl,bf16+cl+bench --budget-s $(( (${limit[$family]} - 15) * scale ))
   done
 fi
 
-[[ " $parts " == *" bench "* ]] || exit 0
-cp config/throughputs.yaml "$out/throughputs.yaml"
-# family:seconds (the papers' sizes: FeMAM's 50 clients for ResNet-9 take longest)
-for entry in mlp:45 fedavg_cnn:50 leaf_cnn:50 resnet20:40 vgg16:40 resnet9:100; do
-  family=${entry%%:*}
-  start=$(date +%s)
-  timeout "${entry##*:}" "$python" benchmarks/throughputs.py --device cuda --size paper --families "$family" \
-    --skip "${BENCH_SKIP-reference}" --output "$out/throughputs.yaml" 2>&1 | tee -a "$out/bench.log"
-  echo "# $family: exit ${PIPESTATUS[0]}, $(( $(date +%s) - start )) s" | tee -a "$out/bench.log"
-done
+if has algorithms; then
+  # pFedMe with 4 x 5 minibatch steps a round (the grid's 56 x 5 take ~14 times as long; FLOP/s alike)
+  rounds=(--family resnet9 --device "$device" --csv "$out/algorithms.csv")
+  [[ $size == tiny ]] && rounds+=(--clients 3 --samples 16 --eval-samples 4 --batch-size 8)
+  for setting in fp32 bf16; do
+    step "algorithms femam $setting" 40 "$python" benchmarks/algorithm_round.py --algorithm '{"method": "femam"}' \
+      --setting "$setting" "${rounds[@]}"
+    step "algorithms pfedme $setting" 40 "$python" benchmarks/algorithm_round.py \
+      --algorithm '{"method": "pfedme", "lam": 0.1, "mu": 0.01, "personal_lr": 0.01, "local_steps": 4}' \
+      --setting "$setting" "${rounds[@]}"
+  done
+fi
+
+if has moreau; then
+  # model:seconds:flags (the papers' shapes; at the tiny size a few clients, one timed round)
+  if [[ $size == tiny ]]; then
+    entries=("mlr:40:--methods pfedme,perfedavg,pfedmt --clients 4 --samples 16 --batch-size 4 --local-steps 2 --repeats 1 --warmup 0"
+             "resnet9:60:--methods pfedme --clients 2 --samples 8 --batch-size 4 --local-steps 2 --repeats 1 --warmup 0")
+  else
+    entries=("mlr:60:--methods pfedme,perfedavg,pfedmt" "dnn:60:--methods pfedme,perfedavg,pfedmt"
+             "resnet9:150:--methods pfedme --clients 50 --samples 900 --batch-size 32 --local-steps 56 --repeats 3")
+  fi
+  for entry in "${entries[@]}"; do
+    IFS=: read -r model seconds flags <<< "$entry"
+    step "moreau $model" "$seconds" bash -c "\"\$0\" benchmarks/moreau_round.py --device \"\$1\" --model \"\$2\" \$3 2>&1 | tee -a \"\$4\"; exit \${PIPESTATUS[0]}" \
+      "$python" "$device" "$model" "$flags" "$out/moreau.log"
+  done
+fi
+
+if has concurrent; then
+  # one alone, then K at once; every process waits after its warm-up until the same start time
+  at=$(( $(date +%s) + 25 * scale ))
+  step "concurrent 1" 60 "$python" benchmarks/numerics_matrix.py --family resnet9 --size "$size" --device "$device" \
+    --settings bf16+cl --warmup 2 --repeats 5 --start-at "$at" --csv "$out/concurrent_1.csv"
+  rest=$(left)
+  if (( rest > 60 * scale )); then
+    at=$(( $(date +%s) + 40 * scale ))
+    kt=$(( rest - 5 )); (( kt > 90 * scale )) && kt=$(( 90 * scale ))
+    for i in $(seq "$k"); do
+      timeout "$kt" "$python" benchmarks/numerics_matrix.py --family resnet9 --size "$size" --device "$device" \
+        --settings bf16+cl --warmup 2 --repeats 5 --start-at "$at" --csv "$out/concurrent_k$i.csv" \
+        >"$out/concurrent_k$i.log" 2>&1 &
+    done
+    wait
+    grep -hv '^{' "$out"/concurrent_k*.log | tee -a "$log"
+    "$python" - "$out" "$k" <<'EOF' 2>&1 | tee -a "$log"
+import csv, glob, sys
+out, k = sys.argv[1], int(sys.argv[2])
+def rows(pattern):
+    return [r for f in sorted(glob.glob(f"{out}/{pattern}")) for r in csv.DictReader(open(f)) if r["status"] == "ok"]
+one, many = rows("concurrent_1.csv"), rows("concurrent_k*.csv")
+table = [("cells", "processes_ok", "ms_per_round_each", "train_tflops_total")]
+if one:
+    table.append((1, 1, one[0]["ms_per_round"], f"{float(one[0]['train_tflops']):.4g}"))
+if many:
+    total = sum(float(r["train_tflops"]) for r in many)
+    table.append((k, len(many), "/".join(r["ms_per_round"] for r in many), f"{total:.4g}"))
+csv.writer(open(f"{out}/concurrent.csv", "w", newline="")).writerows(table)
+if one and many:
+    print(f"# {k} concurrent cells: {total:.4g} TFLOP/s together against {float(one[0]['train_tflops']):.4g} alone "
+          f"({total / max(float(one[0]['train_tflops']), 1e-12):.2f}x; {len(many)} of {k} processes finished)")
+else:
+    print(f"# concurrent: {'one alone' if one else 'no single cell'} and {len(many)} of {k} concurrent cells measured")
+EOF
+  else
+    say "concurrent $k: not started, $rest s left"
+  fi
+fi
+
+if has compile; then
+  step "compile resnet9" 150 "$python" benchmarks/numerics_matrix.py --family resnet9 "${matrix[@]}" \
+    --settings bf16+cl+compile,fp32+compile,bf16+compile,fp32+cl+compile --warmup 3 --budget-s $(( 100 * scale ))
+  step "compile resnet20" 120 "$python" benchmarks/numerics_matrix.py --family resnet20 "${matrix[@]}" \
+    --settings bf16+cl+compile,fp32+compile,bf16+compile,fp32+cl+compile --warmup 3 --budget-s $(( 80 * scale ))
+  for family in vgg16 fedavg_cnn leaf_cnn mlp; do
+    step "compile $family" 90 "$python" benchmarks/numerics_matrix.py --family "$family" "${matrix[@]}" \
+      --settings bf16+cl+compile,fp32+compile,bf16+compile,fp32+cl+compile --warmup 3 --budget-s $(( 50 * scale ))
+  done
+fi
+
+if has tests; then
+  step "tests" 90 bash -c "\"$python\" -m pytest -q -p no:cacheprovider -k cuda tests/test_engine.py tests/test_numerics.py tests/test_moreau_fast_path.py 2>&1 | tee \"$out/pytest.log\"; exit \${PIPESTATUS[0]}"
+fi
+
+if has grids; then
+  rest=$(( $(left) - 5 ))
+  if (( rest > 30 )); then
+    FEDBENCH_TEST_DEVICE=$device timeout "$rest" "$python" -m pytest -q -p no:cacheprovider --collect-only -m slow \
+      tests/test_paper_grids_train.py 2>/dev/null | grep '::' | tac >"$out/grids_order.txt"
+    rest=$(( $(left) - 5 ))  # what the collection left
+  fi
+  if (( rest > 20 )) && [[ -s "$out/grids_order.txt" ]]; then
+    say "grids: $(wc -l <"$out/grids_order.txt") pairings, reverse collection order, $rest s"
+    FEDBENCH_TEST_DEVICE=$device FEDBENCH_REPORT_LOG="$out/grids_reports.log" PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" \
+      timeout "$rest" "$python" -m pytest -q -p no:cacheprovider -p report_as_you_go -m slow -n "${GRIDS_WORKERS:-12}" \
+      --tb=short "@$out/grids_order.txt" >"$out/grids.log" 2>&1
+    rc=$?
+    say "grids: exit $rc$( ((rc == 124)) && echo ' (stopped at the budget)'); $(count '^PASSED' "$out/grids_reports.log") passed, $(count '^FAILED' "$out/grids_reports.log") failed"
+  else
+    say "grids: not started, $rest s left"
+  fi
+fi
+
+if has bench; then
+  cp config/throughputs.yaml "$out/throughputs.yaml"
+  for entry in mlp:45 fedavg_cnn:50 leaf_cnn:50 resnet20:40 vgg16:40 resnet9:100; do
+    step "bench ${entry%%:*}" "${entry##*:}" "$python" benchmarks/throughputs.py --device "$device" --size "$size" \
+      --families "${entry%%:*}" --skip "${BENCH_SKIP-reference}" --output "$out/throughputs.yaml"
+  done
+fi
+
+[[ -f "$out/matrix.csv" ]] && "$python" - "$out/matrix.csv" <<'EOF' 2>&1 | tee -a "$log" "$out/summary.txt"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+targets = {"resnet9": 10.0, "resnet20": 8.0}
+print(f"# summary: {sum(r['status'] == 'ok' for r in rows)} settings measured, "
+      f"{sum(r['status'] == 'failed' for r in rows)} failed, {sum(r['status'] == 'skipped' for r in rows)} skipped")
+for family in dict.fromkeys(r["family"] for r in rows):
+    ok = [r for r in rows if r["family"] == family and r["status"] == "ok"]
+    if not ok:
+        print(f"{family:>10}: nothing measured")
+        continue
+    fp32 = next((r for r in ok if r["setting"] == "fp32"), None)
+    best = max(ok, key=lambda r: float(r["train_tflops"]))
+    line = (f"{family:>10}: best {best['setting']} {float(best['train_tflops']):.4g} TFLOP/s ({best['ms_per_round']} ms/round)"
+            + (f", fp32 {float(fp32['train_tflops']):.4g} TFLOP/s" if fp32 else ""))
+    if family in targets:
+        line += f"; target {targets[family]:.0f} TFLOP/s {'met' if float(best['train_tflops']) >= targets[family] else 'not met'}"
+    print(line)
+EOF
+say "all: $(( $(date +%s) - start_all )) s"

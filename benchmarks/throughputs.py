@@ -61,7 +61,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=None,
                    help="side of the square input images (convolutional families); written as <family>@<N>x<N>")
     p.add_argument("--output", default=None, help=f"throughput file to update (default {THROUGHPUTS.relative_to(REPO)}; "
-                                                  "--size tiny writes only with this)")
+                                                  "--size tiny, or any of the four settings below, writes only with this)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"], help="training.precision")
+    p.add_argument("--channels-last", action="store_true", help="training.channels_last")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="training.cudnn_benchmark")
+    p.add_argument("--compile", action="store_true", help="training.compile")
     return p.parse_args(argv)
 
 
@@ -71,7 +75,15 @@ def input_shape(family: str, image_size: int | None) -> tuple[int, ...]:
     return shape if image_size is None or family in FLAT_FAMILIES else (shape[0], image_size, image_size)
 
 
-def run_family(family: str, size: str, device: str, threads: int | None, skip: str, image_size: int | None = None) -> dict:
+def numerics_flags(args) -> list[str]:
+    """engine_round's flags for the settings other than the defaults (none: the cost model's setting)."""
+    flags = [] if args.precision == "fp32" else ["--precision", args.precision]
+    return flags + [flag for flag, on in (("--channels-last", args.channels_last), ("--cudnn-benchmark", args.cudnn_benchmark),
+                                          ("--compile", args.compile)) if on]
+
+
+def run_family(family: str, size: str, device: str, threads: int | None, skip: str, image_size: int | None = None,
+               extra: tuple[str, ...] = ()) -> dict:
     """One engine_round run of ``family``; its JSON result."""
     model, _, classes = FAMILIES[family]
     clients, samples, batch, test, repeats, warmup = SIZES[size][family]
@@ -81,6 +93,7 @@ def run_family(family: str, size: str, device: str, threads: int | None, skip: s
     command += ["--threads", str(threads)] if threads else []
     command += ["--skip", skip] if skip else []
     command += ["--image-size", str(image_size)] if image_size and family not in FLAT_FAMILIES else []
+    command += list(extra)
     process = subprocess.run(command, capture_output=True, text=True, check=False)
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr[-3000:]}")
@@ -101,7 +114,9 @@ def throughput(family: str, result: dict, image_size: int | None = None) -> dict
         "measured": f"{datetime.date.today()}, {result['device']}, torch {result['torch']}, {result['threads']} threads",
         "input": list(shape),
         "setting": f"{result['clients']} clients x {result['samples']} samples, batch {result['batch_size']}, "
-                   f"{result['test_samples']} test samples each, median of {result['repeats']}",
+                   f"{result['test_samples']} test samples each, median of {result['repeats']}, precision "
+                   f"{result.get('precision', 'fp32')}" + "".join(f", {k}" for k in ("channels_last", "cudnn_benchmark", "compile")
+                                                                  if result.get(k)),
         "ms_per_round": result["ms_per_round"],
         "speedup_vs": result.get("speedup_vs", {}),
         "eval_speedup": result.get("eval_speedup"),
@@ -111,10 +126,11 @@ def throughput(family: str, result: dict, image_size: int | None = None) -> dict
 def main(argv=None) -> int:
     args = parse_args(argv)
     kind = device_kind(args.device)
-    output = Path(args.output) if args.output else (None if args.size == "tiny" else THROUGHPUTS)
+    extra = numerics_flags(args)
+    output = Path(args.output) if args.output else (None if args.size == "tiny" or extra else THROUGHPUTS)
     measured = {}
     for family in filter(None, args.families.split(",")):
-        result = run_family(family, args.size, args.device, args.threads, args.skip, args.image_size)
+        result = run_family(family, args.size, args.device, args.threads, args.skip, args.image_size, tuple(extra))
         result["test_samples"] = SIZES[args.size][family][3]
         shape = input_shape(family, args.image_size)
         key = family if shape == FAMILIES[family][1] else f"{family}@{shape[-2]}x{shape[-1]}"

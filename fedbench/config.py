@@ -24,6 +24,7 @@ from fedbench.algorithm_registry import ALGORITHMS, PlanContext, algorithm_class
 from fedbench.data import DATASETS, PARTITIONERS
 from fedbench.data.partition import COMMON_KEYS
 from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
+from fedbench.engine.numerics import NUMERICS_DEFAULTS, Numerics
 from fedbench.models import MODELS
 from fedbench.plugins import PluginError, load_plugins
 from fedbench.protocols import PROTOCOLS
@@ -107,6 +108,7 @@ def check_entries(config: dict) -> None:
             raise ConfigError(f"experiments.{experiment}.protocol: {error}") from None
         for i, block in enumerate(spec.get("grid", [])):
             _check_declared(config, block, f"experiments.{experiment}.grid[{i}]", GRID_AXES)
+        _check_numerics(experiment, spec)
         _check_ignored_training(config, experiment, spec, algorithms)
         _check_repeated_cells(experiment, spec)
         _check_bn_aggregation(config, experiment, spec, algorithms)
@@ -199,6 +201,21 @@ def _check_ignored_training(config: dict, experiment: str, spec: dict, algorithm
                     f"(method {config['algorithms'][name]['method']!r}) ignores it: {why}; "
                     f"remove {key!r} or move {name!r} to an experiment without it"
                 )
+
+
+def _check_numerics(experiment: str, spec: dict) -> None:
+    """``precision``, ``channels_last``, ``cudnn_benchmark`` and ``compile`` (:mod:`fedbench.engine.numerics`):
+    valid values (the schema's check, repeated for configs checked without it), and ``compile`` only
+    for the vectorised engine.  What a method's own steps cannot honour its ``ignored_training`` says."""
+    training = {**TRAINING_DEFAULTS, **spec.get("training", {})}
+    where = f"experiments.{experiment}.training"
+    try:
+        Numerics.from_training(training)
+    except ValueError as error:
+        raise ConfigError(f"{where}.{error}") from None
+    if training["compile"] and training["engine"] != "vectorised":
+        raise ConfigError(f"{where}.compile: the {training['engine']!r} engine runs eagerly; compile applies to "
+                          "the vectorised engine (set engine: vectorised or compile: false)")
 
 
 def _check_repeated_cells(experiment: str, spec: dict) -> None:
@@ -401,17 +418,30 @@ TRAINING_DEFAULTS = {
     "memory_mb": None,
     "checkpoint_every": 25,
     "keep_checkpoint": False,
+    **NUMERICS_DEFAULTS,  # precision fp32, channels_last, cudnn_benchmark, compile false
 }
 
-# training settings that change how a run is carried out, never its numbers: left out of a cell's
-# recorded hyperparameters (and of the workflow's params, so editing them retrains nothing)
-RUN_ONLY_SETTINGS = ("checkpoint_every", "keep_checkpoint")
+# training settings that change how a run is carried out, not the arithmetic it does: left out of a
+# cell's recorded hyperparameters and provenance fingerprint (and of the workflow's params, so
+# editing them retrains nothing).  The three numerics among them reorder or re-tile the same FP32
+# (or bf16) operations -- other kernels, other rounding in the last bits, as another device or CPU
+# instruction set gives -- and metrics.json's ``numerics`` records them (docs/configuration.md)
+RUN_ONLY_SETTINGS = ("checkpoint_every", "keep_checkpoint", "channels_last", "cudnn_benchmark", "compile")
+# settings of a cell's identity that are left out at their default, so that cells which do not set
+# them keep the hyperparameters, fingerprints and workflow params they had before the setting existed
+OMITTED_AT_DEFAULT = {"precision": NUMERICS_DEFAULTS["precision"]}
+
+
+def identity_training(training: dict) -> dict:
+    """The training settings a cell's identity is made of: ``training`` without RUN_ONLY_SETTINGS
+    and without OMITTED_AT_DEFAULT settings at their default value."""
+    return {k: v for k, v in training.items()
+            if k not in RUN_ONLY_SETTINGS and not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])}
 
 
 def results_settings(spec: dict) -> dict:
-    """The settings a cell's numbers depend on: ``resolve_cell``'s entries without RUN_ONLY_SETTINGS."""
-    training = {k: v for k, v in spec["training"].items() if k not in RUN_ONLY_SETTINGS}
-    return {**{k: spec[k] for k in ("dataset", "partition", "model", "algorithm")}, "training": training}
+    """The settings a cell's numbers depend on: ``resolve_cell``'s entries, training by :func:`identity_training`."""
+    return {**{k: spec[k] for k in ("dataset", "partition", "model", "algorithm")}, "training": identity_training(spec["training"])}
 
 
 def resolve_cell(config: dict, cell: Cell) -> dict:

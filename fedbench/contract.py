@@ -49,7 +49,7 @@ PROPERTIES = ("deterministic", "resume", "checkpoint", "test_rows", "ignored_tra
 TINY_TRAINING = {"rounds": 2, "batch_size": 16, "lr": 0.1, "participation": 0.75, "eval_every": 1, "checkpoint_every": 1}
 # a value other than the default for every training setting an algorithm may declare it ignores
 ALTERNATIVES = {"local_epochs": 2, "momentum": 0.5, "batch_size": 7, "lr": 0.05, "weight_decay": 0.001,
-                "participation": 0.5, "bn_aggregation": "local_stats"}
+                "participation": 0.5, "bn_aggregation": "local_stats", "channels_last": True}
 RUN_ONLY = ("wall_time_s", "peak_memory")  # how long and how much memory, never a result
 CELL = Cell("contract", "data", "part", "model", "algorithm", 0)
 

@@ -31,6 +31,7 @@ from fedbench.engine.device import peak_memory_mb, resolve_device
 from fedbench.engine.evaluate import Scores, evaluate_clients, evaluate_pooled
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.numerics import Numerics
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
@@ -274,6 +275,7 @@ def _federation(config: dict, cell: Cell, spec: dict, data: FederatedData, group
     torch.manual_seed(cell.seed)
     model = build_model(spec["model"], data.input_shape, data.num_classes).to(data.x.device)
     memory_mb = training["memory_mb"]
+    numerics = Numerics.from_training(training)
     local = LocalSGD(
         epochs=training["local_epochs"],
         batch_size=training["batch_size"],
@@ -284,7 +286,8 @@ def _federation(config: dict, cell: Cell, spec: dict, data: FederatedData, group
     return Federation(
         model=model,
         data=data,
-        trainer=TRAINERS[training["engine"]](model, data, chunk_size=training["client_chunk"], memory_mb=memory_mb),
+        trainer=TRAINERS[training["engine"]](model, data, chunk_size=training["client_chunk"], memory_mb=memory_mb,
+                                             numerics=numerics),
         local=local,
         participation=training["participation"],
         generator=torch.Generator().manual_seed(cell.seed),
@@ -293,6 +296,7 @@ def _federation(config: dict, cell: Cell, spec: dict, data: FederatedData, group
         teams=None if "team" not in groups else np.asarray(groups["team"]),
         clusters=None if "cluster" not in groups else np.asarray(groups["cluster"]),
         bn_aggregation=training["bn_aggregation"],
+        numerics=numerics,
     )
 
 
@@ -536,8 +540,21 @@ def _run_record(run: CellRun, wall_time_s: float) -> dict:
         "device_reason": run.device_reason,
         "wall_time_s": wall_time_s,
         "peak_memory": peak_memory_mb(run.device),
+        "numerics": numerics_record(run),
         "provenance": run.code,
     }
+
+
+def numerics_record(run: CellRun) -> dict:
+    """``metrics.json``'s ``numerics``: the precision, layout, cuDNN autotuning and compilation the
+    run's training used (:mod:`fedbench.engine.numerics`), whether the trainer's step stayed compiled
+    and which step it is (``fused_mlp``, ``wide``, ``vmap``, ``reference``: methods with steps of
+    their own, the minibatch-gradient oracle or a custom step, use it only where they call the
+    trainer) and, on CUDA, the TF32 flags in force (the run's own while :func:`run_cell` runs)."""
+    used = getattr(run.fed.trainer, "numerics_used", None) or {**run.fed.numerics.record(), "compiled": False}
+    if run.device.type == "cuda":
+        used.update(tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32)
+    return used
 
 
 def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | None = None) -> dict:
@@ -548,6 +565,12 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     round whose training loss is NaN or infinite ends the run: ``metrics.json`` says
     ``status: diverged`` and the round, with no final numbers."""
     run = prepare(config, cell, partition_npz, out_dir, device)
+    with run.fed.numerics.backends():  # TF32 and cuDNN flags of the run, restored when it ends
+        return _run(config, run)
+
+
+def _run(config: dict, run: CellRun) -> dict:
+    cell = run.cell
     progress = resume(run, run.algorithm.init(run.fed, model_weights(run.fed.model)))
     rounds, every = run.training["rounds"], run.training["eval_every"]
     log.info("cell %s on %s: %d clients, %d rounds", run.name, run.device, run.fed.num_clients, rounds)

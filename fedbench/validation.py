@@ -110,8 +110,8 @@ def check_schema(config: dict, schema_path: str | Path = SCHEMA) -> None:
         return
     error = jsonschema.exceptions.best_match(errors)
     message = _unknown_key_message(error) or f"{_path(error)}: {error.message}"
-    if len(message) > 300:
-        message = message[:297] + "..."
+    if len(message) >= 300:  # one line under 300 characters
+        message = message[:296] + "..."
     raise ConfigFileError(message, detail="\n\n".join(str(e) for e in errors))
 
 

@@ -53,3 +53,30 @@ def test_image_size_writes_a_figure_keyed_by_resolution(throughputs_script, tmp_
     families = yaml.safe_load(output.read_text())["cpu"]["families"]
     assert families["fedavg_cnn"] == {"train": 5.0, "eval": 6.0}
     assert families["fedavg_cnn@32x32"]["input"] == [1, 32, 32] and families["fedavg_cnn@32x32"]["train"] > 0
+
+
+def test_numerics_flags_pass_through_and_keep_the_cost_models_file(throughputs_script):
+    args = throughputs_script.parse_args(["--precision", "bf16", "--channels-last", "--compile"])
+    assert throughputs_script.numerics_flags(args) == ["--precision", "bf16", "--channels-last", "--compile"]
+    assert throughputs_script.numerics_flags(throughputs_script.parse_args([])) == []  # the cost model's setting
+
+
+@pytest.fixture(scope="module")
+def matrix_script():
+    spec = importlib.util.spec_from_file_location("numerics_matrix", BENCH.parent / "numerics_matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_numerics_matrix_logs_every_setting_and_fails_soft(matrix_script, tmp_path):
+    """gpu_check.sh's matrix at the tiny size on the CPU: one row per setting as it arrives; a setting
+    that fails is a row with its error and the next still runs; bf16 takes the MLP through the wide step."""
+    out = tmp_path / "matrix.csv"
+    code = matrix_script.main(["--family", "mlp", "--size", "tiny", "--device", "cpu", "--settings", "fp32,fp8+cl,bf16+cl",
+                               "--warmup", "0", "--repeats", "1", "--csv", str(out)])
+    assert code == 1
+    rows = list(__import__("csv").DictReader(out.open()))
+    assert [(r["setting"], r["status"]) for r in rows] == [("fp32", "ok"), ("fp8+cl", "failed"), ("bf16+cl", "ok")]
+    assert "'fp8' is not a precision" in rows[1]["error"]
+    assert [r["step"] for r in rows] == ["fused_mlp", "", "wide"] and float(rows[2]["train_tflops"]) > 0

@@ -20,6 +20,7 @@ from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients, client_buffers
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.numerics import FP32, Numerics
 from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
 
@@ -55,6 +56,7 @@ class Federation:
     clusters: np.ndarray | None = None  # planted cluster of every client, where the partition has them; read only
     # by readings that use oracle information (FLT's ``k: ground_truth``, the authors' code)
     bn_aggregation: str = "average"  # a key of BN_AGGREGATION
+    numerics: Numerics = FP32  # precision, layout, compilation of local training (training settings; the trainer has them too)
     # the clients the last :meth:`sample_clients` drew (None: none drawn since the pipeline reset it
     # before the round); read by the default :meth:`Algorithm.communication`
     sampled: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
@@ -107,7 +109,8 @@ class Federation:
         """The per-client minibatch gradient oracle on ``split`` (batch size and L2 weight decay from
         ``local``) of the Moreau-envelope family."""
         index = getattr(self.data, split)
-        return MinibatchGradients(self.model, self.data, index, self.local.batch_size, self.local.weight_decay)
+        return MinibatchGradients(self.model, self.data, index, self.local.batch_size, self.local.weight_decay,
+                                  numerics=self.numerics)
 
     def client_buffers(self, single: Weights, n: int) -> Weights:
         """``n`` copies of the buffers of ``single`` (BatchNorm running statistics; none in a model

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
+from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.sam_step import asam_step
 from fedbench.engine.weights import Weights, broadcast, shared
 from fedbench.search_space import LogRange
@@ -21,6 +22,9 @@ class FedASAM(Algorithm):
     rho: float = 0.1
     eta: float = 0.0
 
+    ignored_training = {"channels_last": f"FedASAM's two-pass step {VMAP}"}
+    harmless_training = {"channels_last": False}
+
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial}  # tensors only: the state is checkpointed (torch.save)
 
@@ -29,7 +33,7 @@ class FedASAM(Algorithm):
         plan = make_batch_plan(fed.data.train.counts[chosen], fed.local.epochs, fed.local.batch_size, fed.generator)
         start = broadcast(state["global"], len(chosen))
         step = asam_step(fed.model, self.rho, self.eta)
-        trained, loss = train_with_gradient(fed.model, fed.data, start, chosen, plan, fed.local, step)
+        trained, loss = train_with_gradient(fed.model, fed.data, start, chosen, plan, fed.local, step, fed.numerics)
         return {**state, "global": fed.average(trained, chosen)}, loss
 
     def client_models(self, fed: Federation, state: dict, round_: int) -> Weights:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, shared
 from fedbench.search_space import LogRange
 
@@ -33,7 +34,7 @@ class FedAvg(Algorithm):
 
     keeps_local_bn = True  # honours training.bn_aggregation
     replaced_training = {"local_epochs": "local_steps"}  # an entry setting local_steps counts its work in steps knowingly
-    harmless_training = {"momentum": 0.0}  # plain steps: momentum 0 is what it does anyway
+    harmless_training = {"momentum": 0.0, "channels_last": False}  # plain steps: momentum 0 is what it does anyway
 
     @property
     def ignored_training(self) -> dict[str, str]:
@@ -41,7 +42,8 @@ class FedAvg(Algorithm):
         if self.local_steps is None:
             return {}
         why = f"fedavg with local_steps={self.local_steps} runs that many plain SGD minibatch steps"
-        return {"local_epochs": f"{why}, not epochs", "momentum": f"{why}, without momentum"}
+        return {"local_epochs": f"{why}, not epochs", "momentum": f"{why}, without momentum",
+                "channels_last": f"{why}: its minibatch-gradient oracle {VMAP}"}
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "local": fed.local_state(initial)}

@@ -32,6 +32,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
+from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast
 
@@ -111,6 +112,9 @@ class FedGen(Algorithm):
     diversity: float = 1.0
     decay: float = 1.0
 
+    ignored_training = {"channels_last": f"FedGen's generator-regularised step (after its first round) {VMAP}"}
+    harmless_training = {"channels_last": False}
+
     def init(self, fed: Federation, initial: Weights) -> dict:
         w_name, b_name, latent = head_names(fed.model)
         classes = fed.data.num_classes
@@ -130,7 +134,7 @@ class FedGen(Algorithm):
         if state["trained_generator"]:
             step = self._client_gradient(fed, state, round_)
             plan = make_batch_plan(fed.data.train.counts[chosen], fed.local.epochs, fed.local.batch_size, fed.generator)
-            trained, loss = train_with_gradient(fed.model, fed.data, start, chosen, plan, fed.local, step)
+            trained, loss = train_with_gradient(fed.model, fed.data, start, chosen, plan, fed.local, step, fed.numerics)
         else:
             trained, loss = fed.train_clients(start, chosen)
         w_name, b_name = state["head"]

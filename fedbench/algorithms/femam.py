@@ -60,6 +60,7 @@ from fedbench.algorithms.femam_rules import (
 )
 from fedbench.algorithms.partial import train_module, trainer_for
 from fedbench.engine.evaluate import evaluate_clients
+from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 from fedbench.models.additive import COMBINE, AdditiveLevels, additive_weights, level_key
@@ -97,6 +98,10 @@ class FeMAM(Algorithm):
     pruned_level: str = "leaves"
     final_training: str = "holders"
     _modules: dict = field(default_factory=dict, compare=False, repr=False)
+
+    # its additive levels (AdditiveLevels) do not fold into the wide step, so they train through vmap
+    ignored_training = {"channels_last": f"FeMAM's additive levels do not fold into the wide step: its local training {VMAP}"}
+    harmless_training = {"channels_last": False}
 
     def __post_init__(self):
         if len(self.structure) < 1:

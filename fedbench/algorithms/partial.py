@@ -26,8 +26,10 @@ def trainer_for(fed: Federation, module: nn.Module, data: FederatedData | None =
     data = fed.data if data is None else data
     if isinstance(fed.trainer, VectorisedTrainer):
         trainer = fed.trainer
-        return VectorisedTrainer(module, data, chunk_size=trainer.chunk_size, fused_mlp=False, memory_mb=trainer.memory_mb)
-    return type(fed.trainer)(module, data)
+        return VectorisedTrainer(module, data, chunk_size=trainer.chunk_size, fused_mlp=False, memory_mb=trainer.memory_mb,
+                                 numerics=trainer.numerics)
+    numerics = getattr(fed.trainer, "numerics", None)
+    return type(fed.trainer)(module, data) if numerics is None else type(fed.trainer)(module, data, numerics=numerics)
 
 
 def train_module(

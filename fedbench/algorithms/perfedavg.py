@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, parameter_names
 from fedbench.search_space import Relative
 
@@ -45,9 +46,10 @@ class PerFedAvg(Algorithm):
     ignored_training = {
         "local_epochs": "Per-FedAvg runs local_steps rounds of two minibatch gradient steps, not epochs",
         "momentum": "Per-FedAvg's inner and meta steps are plain gradient steps, without momentum",
+        "channels_last": f"Per-FedAvg's minibatch-gradient oracle {VMAP}",
     }
     replaced_training = {"local_epochs": "local_steps"}  # an entry setting local_steps counts its work in steps knowingly
-    harmless_training = {"momentum": 0.0}  # plain steps: momentum 0 is what it does anyway
+    harmless_training = {"momentum": 0.0, "channels_last": False}  # what it does anyway
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial}

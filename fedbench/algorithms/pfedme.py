@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows
 from fedbench.search_space import Relative
@@ -62,9 +63,10 @@ class PFedMe(Algorithm):
     ignored_training = {
         "local_epochs": "pFedMe runs local_steps x inner_steps minibatch steps, not epochs",
         "momentum": "pFedMe's personal and Moreau-envelope steps are plain gradient steps, without momentum",
+        "channels_last": f"pFedMe's minibatch-gradient oracle {VMAP}",
     }
     replaced_training = {"local_epochs": "local_steps"}  # an entry setting local_steps counts its work in steps knowingly
-    harmless_training = {"momentum": 0.0}  # plain steps: momentum 0 is what it does anyway
+    harmless_training = {"momentum": 0.0, "channels_last": False}  # what it does anyway
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "personal": broadcast(initial, fed.num_clients)}

@@ -53,6 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, parameter_names, weighted_average
 from fedbench.search_space import Relative
 
@@ -252,8 +253,9 @@ class PFedMT(Algorithm):
     ignored_training = {
         "local_epochs": "pFedMT runs team_iterations x local_iterations minibatch steps, not epochs",
         "momentum": "pFedMT's steps are plain gradient steps, without momentum",
+        "channels_last": f"pFedMT's minibatch-gradient oracle {VMAP}",
     }
-    harmless_training = {"momentum": 0.0}  # plain steps: momentum 0 is what it does anyway
+    harmless_training = {"momentum": 0.0, "channels_last": False}  # what it does anyway
 
     def __post_init__(self):
         if self.global_step not in GLOBAL_STEPS:

@@ -9,6 +9,9 @@ per-client epochs of fresh permutations, short last batches masked sample-wise, 
 by their number of steps so that those still training at a step are a prefix, and
 ``torch.optim.SGD`` (momentum with fresh buffers, weight decay) applied to the returned gradient.
 BatchNorm buffers are updated in place by the forward passes the gradient function makes.
+``numerics``: the gradient function runs in bfloat16 autocast under ``bf16`` (its gradients and
+the SGD update stay FP32) and compiled under ``compile``; ``channels_last`` cannot apply (``vmap``
+takes no memory format), so the methods with custom steps declare it ignored.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from fedbench.engine.batches import BatchPlan
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.minibatch import gather_minibatch
+from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
+from fedbench.engine.step_runner import EagerFallback
 from fedbench.engine.weights import Weights, parameter_names
 
 GradFn = Callable[[Weights, Weights, torch.Tensor, torch.Tensor, torch.Tensor], tuple[Weights, torch.Tensor]]
@@ -34,7 +39,7 @@ def masked_cross_entropy(model: nn.Module):
 
     def loss(params: Weights, buffers: Weights, x, y, mask):
         logits = functional_call(model, {**params, **buffers}, (x,))
-        per_sample = F.cross_entropy(logits, y, reduction="none")
+        per_sample = F.cross_entropy(logits.float(), y, reduction="none")  # FP32 logits (a no-op without autocast)
         return (per_sample * mask).sum() / mask.sum().clamp_min(1.0)
 
     return loss
@@ -49,12 +54,18 @@ def train_with_gradient(
     plan: BatchPlan,
     hp: LocalSGD,
     grad_fn: GradFn,
+    numerics: Numerics | None = None,
 ) -> tuple[Weights, torch.Tensor]:
     """Run ``plan`` from the stacked ``start`` of ``clients`` with SGD on ``grad_fn``'s gradients;
     returns the trained stacked weights and every client's mean training loss."""
     if hp.prox_mu:
         raise ValueError("custom local steps do not take a proximal term")
     device = data.x.device
+    numerics = numerics or FP32
+    if numerics.compile:
+        grad_fn = EagerFallback(grad_fn)
+    if numerics.bf16:
+        fp32_batchnorm(model)  # vmap's batch norm takes no bfloat16 input beside FP32 statistics
     model.train()
     names = parameter_names(model)
     n = len(clients)
@@ -84,7 +95,7 @@ def train_with_gradient(
             p = {name: v[:k] for name, v in params.items()}
             b = {name: v[:k] for name, v in buffers.items()}
             x, y = gather_minibatch(data.x, data.y, rows[e, s, :k])
-            with torch.enable_grad():
+            with torch.enable_grad(), numerics.autocast(device):
                 grads, loss = grad_fn(p, b, x, y, mask[s, :k])
             loss_sum[:k] += loss.detach()
             g = [grads[name].detach() for name in p]

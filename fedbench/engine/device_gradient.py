@@ -30,6 +30,17 @@ and three fused ``_foreach`` updates.  A step that recurs with the same state te
 local round, pFedMT's device step, Per-FedAvg's inner + meta step) is wrapped by
 :meth:`GradientOracle.recurring`: on CUDA it is captured once as a CUDA graph and replayed
 (:class:`~fedbench.engine.recurring.Recurring`), elsewhere it is simply called.
+
+``numerics`` (:class:`~fedbench.engine.numerics.Numerics`): under ``bf16`` the forward of the
+autograd paths (``"wide"``, ``"vmap"``) runs in bfloat16 autocast, the loss from FP32 logits
+(parameters, gradients and the update stay FP32; on ``vmap`` BatchNorm takes its input in FP32,
+:func:`~fedbench.engine.numerics.fp32_batchnorm`).  The hand-written stack has no autocast, so
+under ``bf16`` it gives way to the wide model (``vmap`` where that does not fold the model):
+``path`` names the path taken.  ``compile`` compiles the gradient function of the path taken; the
+hand path then runs unfused (the compiled gradient and :meth:`GradientOracle.step`'s ``_foreach``
+updates).  ``channels_last`` is not applied (``vmap`` takes no memory format, and the oracle keeps
+one layout on every path): the methods that use the oracle declare it ignored, so a config that
+sets it for them is refused.
 """
 
 from __future__ import annotations
@@ -43,7 +54,9 @@ from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.fused_mlp import linear_stack, linear_stack_forward
 from fedbench.engine.batches import effective_batch
 from fedbench.engine.minibatch import gather_minibatch
+from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
 from fedbench.engine.recurring import Recurring
+from fedbench.engine.step_runner import EagerFallback
 from fedbench.engine.weights import Weights
 from fedbench.engine.wide_model import count_batches, wide_forward, wide_twin, wide_weights
 
@@ -90,26 +103,41 @@ class MinibatchGradients(GradientOracle):
         wide: bool = True,
         fused: bool = True,
         cuda_graphs: bool = True,
+        numerics: Numerics | None = None,
     ):
         """``hand_written``/``wide``: allow the hand-written and the wide path (else ``vmap``);
         ``fused``: the hand path's gradient straight into :meth:`step`'s update; ``cuda_graphs``:
-        replay :meth:`recurring` steps as CUDA graphs (CUDA only)."""
+        replay :meth:`recurring` steps as CUDA graphs (CUDA only); ``numerics``: precision and
+        compilation (the module's docstring: ``bf16`` rules out the hand path, ``compile`` the fusion)."""
+        numerics = numerics or FP32
+        self.numerics = numerics
         self.model, self.data, self.split = model, data, split
         self.batch_size, self.weight_decay = batch_size, weight_decay
         self.buffer_names = buffer_names(model)
-        self.layers = linear_stack(model, len(data.input_shape)) if hand_written else None
+        # the hand-written stack computes in FP32 only: under bf16 an MLP takes the wide model (autocast)
+        self.layers = linear_stack(model, len(data.input_shape)) if hand_written and not numerics.bf16 else None
         self._wide = wide_twin(model, tuple(data.input_shape)) if wide and self.layers is None else None
         self.path = "hand" if self.layers is not None else "wide" if self._wide is not None else "vmap"
-        self.fused, self.cuda_graphs = fused, cuda_graphs and data.x.device.type == "cuda"
+        self.fused = fused and not numerics.compile  # compile: the compiled gradient, then the _foreach updates
+        self.cuda_graphs = cuda_graphs and data.x.device.type == "cuda"
+        self._hand_written = EagerFallback(linear_stack_gradient) if numerics.compile else linear_stack_gradient
+        self._wide_grad = EagerFallback(self._wide_gradient) if numerics.compile else self._wide_gradient
         self._counts = split.counts.cpu().to(torch.float64)
         self._keep_for, self._keep_value = None, None
         if self.path == "vmap":
 
+            device = data.x.device
+            if numerics.bf16:
+                fp32_batchnorm(model)  # vmap's batch norm takes no bfloat16 input beside FP32 statistics
+
             def loss_fn(params: Weights, buffers: Weights, x, y):
-                logits = functional_call(model, {**params, **buffers}, (x,))
-                return F.cross_entropy(logits, y)
+                with numerics.autocast(device):
+                    logits = functional_call(model, {**params, **buffers}, (x,))
+                return F.cross_entropy(logits.float(), y)  # in FP32 (a no-op without autocast)
 
             self._vmapped = vmap(grad_and_value(loss_fn), in_dims=(0, 0, 0, 0), randomness="different")
+            if numerics.compile:
+                self._vmapped = EagerFallback(self._vmapped)
 
     def draw(self, steps: int, clients: torch.Tensor, generator: torch.Generator) -> "Minibatches":
         """``steps`` minibatches of every client in ``clients`` (rows uniform with replacement from
@@ -134,9 +162,9 @@ class MinibatchGradients(GradientOracle):
             raise ValueError(f"the model has buffers ({', '.join(self.buffer_names)}): pass every client's rows "
                              "of them (client_buffers), which the forward updates")
         if self.layers is not None:
-            grads, loss = linear_stack_gradient(self.layers, params, x, y)
+            grads, loss = self._hand_written(self.layers, params, x, y)
         elif self._wide is not None:
-            grads, loss = self._wide_gradient(params, buffers or {}, x, y)
+            grads, loss = self._wide_grad(params, buffers or {}, x, y)
         else:
             self.model.train()  # dropout active, each client drawing its own masks; BatchNorm on batch statistics
             grads, loss = self._vmapped(params, buffers or {}, x, y)
@@ -196,13 +224,16 @@ class MinibatchGradients(GradientOracle):
     def _wide_gradient(self, params: Weights, buffers: Weights, x: torch.Tensor, y: torch.Tensor):
         """Every client's gradient and mean loss through the wide model: ``x`` ``[C, B, ...]`` as the
         wide input ``[B, C*channels, ...]``, one forward, autograd of the sum of the clients' mean
-        losses (client j's weights reach only its own loss), running statistics moved per client."""
+        losses (client j's weights reach only its own loss), running statistics moved per client;
+        under ``bf16`` the forward in autocast, the loss from FP32 logits."""
         clients, batch = x.shape[:2]
         wide_x = x.transpose(0, 1).reshape(batch, -1, *x.shape[3:])
         self._wide.train()
         with torch.enable_grad():
             leaves = {k: v.requires_grad_() for k, v in wide_weights({k: p.detach() for k, p in params.items()}).items()}
-            logits = wide_forward(self._wide, {**leaves, **wide_weights(buffers)}, wide_x, clients)
+            with self.numerics.autocast(x.device):  # bf16: the forward in bfloat16 autocast
+                logits = wide_forward(self._wide, {**leaves, **wide_weights(buffers)}, wide_x, clients)
+            logits = logits.float()  # the loss in FP32 (a no-op without autocast)
             per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
             loss = per_sample.view(clients, batch).mean(1)
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))

@@ -2,6 +2,9 @@
 
 This is what peers do and what the vectorised engine must reproduce (tests hold the
 two to the same parameters on the same :class:`~fedbench.engine.batches.BatchPlan`).
+``numerics`` (:class:`~fedbench.engine.numerics.Numerics`): the forward in bfloat16 autocast
+under ``bf16`` (the loss from FP32 logits), the model and its 4-D inputs channels-last under
+``channels_last``; ``compile`` is the vectorised engine's and is refused here.
 """
 
 from __future__ import annotations
@@ -15,13 +18,27 @@ from torch import nn
 from fedbench.engine.batches import BatchPlan
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.numerics import FP32, Numerics
 from fedbench.engine.weights import Weights
 
 
 class ReferenceTrainer:
-    def __init__(self, model: nn.Module, data: FederatedData, chunk_size: int | None = None, memory_mb: float | None = None):
+    step_kind = "reference"
+
+    def __init__(self, model: nn.Module, data: FederatedData, chunk_size: int | None = None, memory_mb: float | None = None,
+                 numerics: Numerics | None = None):
+        self.numerics = numerics or FP32
+        if self.numerics.compile:
+            raise ValueError("compile: the reference engine runs eagerly (compile is the vectorised engine's); "
+                             "set training.compile: false or training.engine: vectorised")
         self.model = copy.deepcopy(model).to(data.x.device).train()
+        if self.numerics.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
         self.data = data
+
+    @property
+    def numerics_used(self) -> dict:
+        return {**self.numerics.record(), "compiled": False, "trainer_step": self.step_kind}
 
     def train(self, start: Weights, clients: torch.Tensor, plan: BatchPlan, hp: LocalSGD, center: Weights | None = None):
         out: dict[str, list[torch.Tensor]] = {k: [] for k in start}
@@ -37,7 +54,9 @@ class ReferenceTrainer:
             for local in plan.client_batches(c):
                 rows = own[local.to(own.device)]
                 optimizer.zero_grad()
-                loss = F.cross_entropy(self.model(self.data.x[rows]), self.data.y[rows])
+                with self.numerics.autocast(own.device):
+                    logits = self.model(self.numerics.layout(self.data.x[rows]))
+                loss = F.cross_entropy(logits.float(), self.data.y[rows])
                 loss.backward()
                 if hp.prox_mu:
                     for name, p in self.model.named_parameters():

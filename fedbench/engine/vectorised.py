@@ -26,7 +26,13 @@ The result equals :mod:`fedbench.engine.reference` run client by client on the s
 
 On CUDA, a step shape (number of active clients) that recurs is captured once per chunk
 as a CUDA graph and replayed (:mod:`fedbench.engine.step_runner`).  ``compile=True`` also
-``torch.compile``s the generic step; if compilation fails the trainer warns and stays eager.
+``torch.compile``s the step; if compilation fails the trainer warns and stays eager.
+
+``numerics`` (:class:`~fedbench.engine.numerics.Numerics`): under ``bf16`` the wide and vmap
+steps run the model's forward in bfloat16 autocast (FP32 parameters, gradients, momentum and
+loss); the hand-written MLP step has no autocast, so ``bf16`` runs MLPs through the wide step.
+``channels_last`` puts the wide step's input and convolution weights in NHWC memory format (the
+vmap step cannot: a model with convolutions that does not fold is refused).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.fused_mlp import dropout_stack, mlp_step
 from fedbench.engine.minibatch import gather_minibatch
+from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
 from fedbench.engine.step_args import Minibatch, StepState
 from fedbench.engine.step_runner import EagerFallback, StepRunner
 from fedbench.engine.weights import Weights
@@ -66,7 +73,8 @@ class VectorisedTrainer:
     ``cuda_graphs``: replay recurring steps as CUDA graphs (CUDA only).  ``wide``: run
     foldable models (convolutions, BatchNorm) as one wide model instead of ``vmap``.
     ``memory_mb``: working-memory budget of one pass (:mod:`fedbench.engine.memory`); chunks
-    never exceed it.
+    never exceed it.  ``numerics``: precision, layout and compilation (``compile=True`` or
+    ``numerics.compile`` switches compilation on); ``numerics_used`` records what ran.
     """
 
     def __init__(
@@ -79,7 +87,11 @@ class VectorisedTrainer:
         fused_mlp: bool = True,
         wide: bool = True,
         memory_mb: float | None = None,
+        numerics: Numerics | None = None,
     ):
+        numerics = numerics or FP32
+        compile = compile or numerics.compile
+        self.numerics = numerics
         self.model = model.to(data.x.device).train()
         self.data = data
         self.param_names = [n for n, _ in model.named_parameters()]
@@ -88,19 +100,35 @@ class VectorisedTrainer:
         self.memory_mb = memory_mb
         self.budget = budget_bytes(data.x.device, memory_mb)
         self.exact_batches = has_batchnorm(self.model)  # short batches as sub-steps of their own
-        stack = dropout_stack(self.model, data.x.dim() - 1) if fused_mlp else None
+        # the hand-written step computes in FP32 only: under bf16 an MLP takes the wide step (autocast)
+        stack = dropout_stack(self.model, data.x.dim() - 1) if fused_mlp and not numerics.bf16 else None
         folded = wide_twin(self.model, tuple(data.x.shape[1:])) if wide and stack is None else None
         self._wide = folded
         self.step_kind = "fused_mlp" if stack is not None else "wide" if folded is not None else "vmap"
         self.fused = stack is not None
+        if numerics.channels_last and self.step_kind == "vmap" and _has_conv(self.model):
+            raise ValueError(
+                f"channels_last: {type(model).__name__} does not fold into the wide step, and the vmap step "
+                "takes no memory format; set training.channels_last: false for this model"
+            )
         if self.fused:
-            self._step = partial(mlp_step, *stack, data)
+            step = partial(mlp_step, *stack, data)
+        elif folded is not None:
+            step = partial(wide_step, folded, data, numerics=numerics)
         else:
-            if folded is not None:
-                step = partial(wide_step, folded, data)
-            else:
-                step = partial(vmap_step, vmap(grad_and_value(_masked_loss_fn(self.model)), randomness="different"), data)
-            self._step = EagerFallback(step) if compile else step
+            if numerics.bf16:
+                fp32_batchnorm(self.model)  # vmap's batch norm takes no bfloat16 input beside FP32 statistics
+            loss = _masked_loss_fn(self.model, numerics, data.x.device)
+            step = partial(vmap_step, vmap(grad_and_value(loss), randomness="different"), data)
+        self._step = EagerFallback(step) if compile else step
+
+    @property
+    def numerics_used(self) -> dict:
+        """What the training steps ran with: the settings, the step, and whether the step stayed
+        compiled (False once compilation failed and the step fell back to eager)."""
+        compiled = isinstance(self._step, EagerFallback) and self._step.compiled is not None
+        return {**self.numerics.record(), "compile": isinstance(self._step, EagerFallback), "compiled": compiled,
+                "trainer_step": self.step_kind}
 
     def train(
         self,
@@ -191,13 +219,18 @@ class VectorisedTrainer:
         return weights, loss_sum / steps.clamp_min(1)
 
 
-def _masked_loss_fn(model: nn.Module):
+def _masked_loss_fn(model: nn.Module, numerics: Numerics = FP32, device: torch.device | str = "cpu"):
     def loss(params: Weights, buffers: Weights, x, y, mask):
-        logits = functional_call(model, {**params, **buffers}, (x,))
-        per_sample = F.cross_entropy(logits, y, reduction="none")
+        with numerics.autocast(device):
+            logits = functional_call(model, {**params, **buffers}, (x,))
+        per_sample = F.cross_entropy(logits.float(), y, reduction="none")  # the loss in FP32 (a no-op there)
         return (per_sample * mask).sum() / mask.sum().clamp_min(1.0)
 
     return loss
+
+
+def _has_conv(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.Conv2d) for m in model.modules())
 
 
 def step_schedule(counts: list[int], batch: int, exact: bool) -> list[list[tuple[int, int, int]]]:
@@ -253,16 +286,23 @@ def vmap_step(grad_fn, data: FederatedData, state: StepState, batch: Minibatch, 
     sgd_update(state, grads.values(), hp)
 
 
-def wide_step(wide, data: FederatedData, state: StepState, batch: Minibatch, hp: LocalSGD) -> None:
+def wide_step(
+    wide, data: FederatedData, state: StepState, batch: Minibatch, hp: LocalSGD, numerics: Numerics = FP32
+) -> None:
     """:func:`vmap_step` through the wide model (:mod:`fedbench.engine.wide_model`): one forward of
     all clients, autograd of the sum of their masked mean losses (each client's parameters
-    reach only its own loss), BatchNorm running statistics updated in place per client."""
+    reach only its own loss), BatchNorm running statistics updated in place per client.
+    ``numerics``: the forward in bfloat16 autocast (``bf16``; the loss from FP32 logits, the
+    gradients land in the FP32 parameters), input and 4-D weights channels-last (``channels_last``)."""
     params, buffers, idx, mask = state.params, state.buffers, batch.idx, batch.mask
     clients = idx.shape[0]
-    x, y = wide_input(data.x, idx), data.y[idx]
+    x, y = numerics.layout(wide_input(data.x, idx)), data.y[idx]
     with torch.enable_grad():
         leaves = {k: v.requires_grad_() for k, v in wide_weights(params).items()}
-        logits = wide_forward(wide, {**leaves, **wide_weights(buffers)}, x, clients)
+        weights = {k: numerics.layout(v) for k, v in leaves.items()}  # a copy (autograd back to the leaf) where relaid
+        with numerics.autocast(x.device):
+            logits = wide_forward(wide, {**weights, **wide_weights(buffers)}, x, clients)
+        logits = logits.float()  # the loss in FP32 (a no-op without autocast)
         per_sample = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
         loss = (per_sample.view(clients, -1) * mask).sum(1) / mask.sum(1).clamp_min(1.0)
         grads = torch.autograd.grad(loss.sum(), list(leaves.values()))

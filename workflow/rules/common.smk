@@ -13,7 +13,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from fedbench.config import RUN_ONLY_SETTINGS, Cell, expand_cells, expand_partitions, resolve_cell
+from fedbench.config import Cell, expand_cells, expand_partitions, identity_training, resolve_cell
 from fedbench.cost import cell_cost, estimated_shape, runtime_minutes, summary_shape
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
@@ -279,7 +279,7 @@ def cell_settings(wildcards, cfg=None):
         "model": cfg["models"][wildcards.model],
         "algorithm": cfg["algorithms"][wildcards.algorithm],
         "protocol": experiment.get("protocol"),
-        "training": {k: v for k, v in experiment.get("training", {}).items() if k not in RUN_ONLY_SETTINGS},
+        "training": identity_training(experiment.get("training", {})),
     }
 
 

@@ -234,3 +234,30 @@ def test_step_is_the_proximal_gradient_step(name, at):
     assert got[1] == 0
     for n in theta:
         torch.testing.assert_close(theta[n].double(), want[n], rtol=1e-6, atol=1e-6)
+
+
+def test_numerics_pick_the_path_bf16_off_the_hand_path_and_compile_unfused():
+    """``bf16``: the hand-written stack has no autocast, so an MLP takes the wide model (``path``
+    says so), its gradients FP32 and near the FP32 ones; ``compile``: the hand path stays but runs
+    unfused (the compiled gradient, then the ``_foreach`` updates); FP32 keeps the fused hand path."""
+    from fedbench.engine.numerics import Numerics  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    data = make_data([6, 3, 9])
+    model = MODELS["mlp"]()
+    g = torch.Generator().manual_seed(0)
+    theta = {n: torch.randn(3, *p.shape, generator=g) for n, p in model.named_parameters()}
+    clients = torch.arange(3)
+    oracles = {p: MinibatchGradients(model, data, data.train, batch_size=4, numerics=Numerics(precision=p))
+               for p in ("fp32", "bf16")}
+    assert (oracles["fp32"].path, oracles["fp32"].fused) == ("hand", True)
+    assert oracles["bf16"].path == "wide"
+    batch = oracles["fp32"].draw(1, clients, torch.Generator().manual_seed(1))[0]
+    (g32, l32), (g16, l16) = (oracles[p](theta, batch, clients) for p in ("fp32", "bf16"))
+    for n in g32:
+        assert g16[n].dtype == torch.float32
+        scale = float(g32[n].norm())
+        assert 0 < float((g16[n] - g32[n]).norm()) < 0.1 * scale, n
+    assert torch.allclose(l16, l32, rtol=0.05)
+    compiled = MinibatchGradients(model, data, data.train, batch_size=4, numerics=Numerics(compile=True))
+    assert (compiled.path, compiled.fused) == ("hand", False)

@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_check.sh [OUTDIR] [PYTHON]
 #   GPU_CHECK="matrix concurrent" bash benchmarks/gpu_check.sh OUT      # only these parts
 #   GPU_CHECK="moreau tests" bash benchmarks/gpu_check.sh OUT           # the Moreau family's rounds, the CUDA tests
-#   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_BUDGET=300 GPU_CHECK=moreau \
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_SCALE=4 GPU_CHECK_BUDGET=400 GPU_CHECK=moreau \
 #     bash benchmarks/gpu_check.sh OUT .venv/bin/python                 # the moreau part's dry run on the CPU
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_SCALE=6 GPU_CHECK_BUDGET=3000 CONCURRENT_K=2 \
 #     GPU_CHECK="matrix algorithms concurrent grids" bash benchmarks/gpu_check.sh OUT   # a dry run on the CPU

@@ -60,6 +60,7 @@ from fedbench.algorithms.femam_rules import (
 )
 from fedbench.algorithms.partial import train_module, trainer_for
 from fedbench.engine.evaluate import evaluate_clients
+from fedbench.engine.frozen_levels import WeightsIdentity
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 from fedbench.models.additive import COMBINE, AdditiveLevels, additive_weights, level_key
@@ -188,7 +189,9 @@ class FeMAM(Algorithm):
         module, trainer = self._module(fed, newest + 1)
         start = rows(additive_weights(state["levels"], self._active(fed, state)), holders)
         mu = self.lam if kind == "cluster" or self.prox_levels == "all" else 0.0
-        trained, loss = train_module(fed, trainer, start, holders, fed.with_local(prox_mu=mu), center=start)
+        frozen = WeightsIdentity(state["levels"][:newest]) if newest else None  # unchanged while this level trains
+        trained, loss = train_module(fed, trainer, start, holders, fed.with_local(prox_mu=mu), center=start,
+                                     frozen_key=frozen)
         level = {k: trained[level_key(newest, k)] for k in state["levels"][newest]}
         state = self._aggregate(fed, state, newest, kind, holders, level, round_)
         return self._validate(fed, state, round_), loss

@@ -4,8 +4,8 @@ While level n of an :class:`~fedbench.models.additive.AdditiveLevels` trains, le
 frozen and held in eval mode (BatchNorm on running statistics, dropout off): for a given sample
 they give the same logits at every step of the round.  The data are fixed tensors on the device
 (:class:`~fedbench.engine.federated_data.FederatedData`: no augmentation -- none of the papers'
-code augments, :mod:`fedbench.data.vision`), so the trainer computes, before a chunk's first step,
-every training row's a-weighted sum of its client's frozen levels' logits,
+code augments, :mod:`fedbench.data.vision`), so the trainer computes, before the first step of a
+round, every training row's a-weighted sum of its client's frozen levels' logits,
 
     table[row] = sum_{l < n} a_l f(x_row; theta_l)          (in inference, blocks within the budget)
 
@@ -16,7 +16,9 @@ and every step then runs only the newest level through its wide twin and reads t
 -- the additive forward with the same operations in the same order, except that the frozen levels'
 logits come from blocks of another shape (float rounding; tested against the vmap path).  Each
 frozen level then costs one forward per training sample per round instead of one per sample per
-epoch, inside the autograd step.
+epoch; and FeMAM passes a key of its frozen levels (:class:`WeightsIdentity`), so that the next
+rounds of the same level, whose frozen levels are the same tensors, reuse the table: one forward
+per sample per level added.
 
 The table is indexed by the data's global row, so it needs the chunk's clients to own distinct
 rows (every fedbench partition deals each sample to one client); where two clients share a row,
@@ -59,8 +61,8 @@ class WeightsIdentity:
 
 
 class FrozenLevels:
-    """The wide twins of ``model``'s frozen and trainable level templates, and the frozen table of
-    the chunk in training (:meth:`prepare`).  None of :meth:`of` where the model has no frozen
+    """The wide twins of ``model``'s frozen and trainable level templates, and the table of frozen
+    logits of the clients in training (:meth:`prepare`).  None of :meth:`of` where the model has no frozen
     level or its levels do not fold."""
 
     def __init__(self, model: AdditiveLevels, data: FederatedData, frozen_wide, level_wide, memory_mb: float | None):

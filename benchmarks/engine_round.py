@@ -6,6 +6,14 @@
 (c) the peers' loop (PFLlib, FL-bench): per client a ``DataLoader(TensorDataset(...),
     shuffle=True)`` over CPU tensors, batches moved to the device, a fresh ``torch.optim.SGD``.
 
+``--femam-levels L`` trains FeMAM's additive model of L levels of ``--model`` instead (the newest
+level trains, the L-1 earlier ones frozen, each client its own levels and every level active):
+(a) the fast path (the wide step, the frozen levels' logits from the table of
+:mod:`fedbench.engine.frozen_levels`, reused from round to round as within one FeMAM level),
+(a') ``vectorised_table_per_round`` (the table computed in every round: the first round of a level),
+(a'') ``vectorised_vmap`` (every level in every step through ``vmap``: the path before issue 39), and
+(b) the reference loop; no DataLoader loop.
+
 Then, with ``--eval``, evaluation of every client's model on its own test samples two ways:
 ``evaluate_clients`` (all clients at once, in inference mode, within the memory budget) and a
 per-client loop (each model in eval mode over its test set in batches of 256).
@@ -21,11 +29,13 @@ one JSON line (last line) for quoting.
     python benchmarks/engine_round.py --device cpu --repeats 7
     python benchmarks/engine_round.py --model fedavg_cnn --data fashion_mnist --eval
     python benchmarks/engine_round.py --model resnet9 --clients 10 --samples 500 --batch-size 32
+    python benchmarks/engine_round.py --model small_cnn --femam-levels 5 --clients 30 --samples 180 --batch-size 32 \
+        --lr 0.05 --data fashion_mnist --skip reference --clock cpu --threads 1   # femam_offline's shapes
 
 ``--precision fp32|tf32|bf16``, ``--channels-last``, ``--cudnn-benchmark`` and ``--compile`` are the
 training settings of the same names (:mod:`fedbench.engine.numerics`), applied to every way (the
 reference and DataLoader loops run the same autocast and layout; ``--compile`` is the vectorised
-engine's only).  Default ``--precision fp32``: strict FP32, TF32 off.
+engine's only).  Default ``--precision fp32``: PyTorch's default backend flags.
 """
 
 from __future__ import annotations
@@ -46,12 +56,14 @@ from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device import resolve_device
 from fedbench.engine.evaluate import evaluate_clients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
+from fedbench.engine.frozen_levels import WeightsIdentity
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.numerics import PRECISIONS, Numerics
 from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
 from fedbench.models import build_model
+from fedbench.models.additive import AdditiveLevels
 
 
 def parse_args() -> argparse.Namespace:
@@ -82,6 +94,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--channels-last", action="store_true", help="training.channels_last")
     p.add_argument("--cudnn-benchmark", action="store_true", help="training.cudnn_benchmark")
     p.add_argument("--no-cuda-graphs", action="store_true", help="VectorisedTrainer(cuda_graphs=False)")
+    p.add_argument("--femam-levels", type=int, default=0, help="train FeMAM's additive model of this many levels")
     p.add_argument("--skip", default="", help="comma-separated ways to leave out: vectorised,reference,dataloader")
     return p.parse_args()
 
@@ -93,6 +106,7 @@ INPUTS = {
     "fedavg_cnn": (1, 28),
     "leaf_cnn": (1, 28),
     "fedmr_cnn": (3, 32),
+    "small_cnn": (1, 28),
     "resnet9": (3, 32),
     "resnet20": (3, 32),
     "vgg16": (3, 32),
@@ -128,6 +142,8 @@ def cpu_name() -> str:
 
 def main() -> None:
     args = parse_args()
+    if args.femam_levels and args.eval:
+        raise SystemExit("engine_round.py: --femam-levels times training only (no --eval)")
     numerics = Numerics(args.precision, args.channels_last, args.cudnn_benchmark, args.compile)
     with numerics.backends():
         run(args, numerics)
@@ -148,6 +164,16 @@ def run(args, numerics: Numerics) -> None:
     torch.manual_seed(0)
     spec = {"arch": "mlp", "hidden": [200]} if args.model == "mlp" else {"arch": args.model}
     model = build_model(spec, shape, k).to(device)
+    start_weights = broadcast(model_weights(model), C)
+    frozen_key = None
+    if args.femam_levels:
+        model = AdditiveLevels(model, args.femam_levels).to(device)
+        perturb = torch.Generator().manual_seed(2)  # every client its own levels
+        start_weights = {name: v + 0.01 * torch.randn(v.shape, generator=perturb).to(device) if v.is_floating_point() else v
+                         for name, v in broadcast(model_weights(model), C).items()}
+        start_weights["active"] = torch.ones(C, args.femam_levels, device=device)
+        frozen_key = WeightsIdentity([{k: v for k, v in start_weights.items() if k.startswith(f"levels.{l}.")}
+                                      for l in range(args.femam_levels - 1)])
     global_weights = model_weights(model)
     clients = torch.arange(C, device=device)
     hp = LocalSGD(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum)
@@ -166,9 +192,12 @@ def run(args, numerics: Numerics) -> None:
     reference = ReferenceTrainer(model, data, numerics=eager)
     plan_gen = torch.Generator().manual_seed(1)
 
-    def engine_round(trainer):
+    def engine_round(trainer, key=None):
         plan = make_batch_plan(data.train.counts, hp.epochs, hp.batch_size, plan_gen)
-        return trainer.train(broadcast(global_weights, C), clients, plan, hp)[0]
+        start = {k: v.clone() for k, v in start_weights.items()} if args.femam_levels else broadcast(global_weights, C)
+        if key is not None:
+            return trainer.train(start_weights, clients, plan, hp, frozen_key=key)[0]  # the frozen tensors themselves
+        return trainer.train(start, clients, plan, hp)[0]
 
     loader_model = build_model(spec, shape, k).to(device)
     if numerics.channels_last:
@@ -217,15 +246,21 @@ def run(args, numerics: Numerics) -> None:
         return out
 
     ways = {
-        "vectorised": lambda: engine_round(vectorised),
+        "vectorised": lambda: engine_round(vectorised, frozen_key),
         "reference": lambda: engine_round(reference),
         "dataloader": dataloader_round,
     }
+    if args.femam_levels:
+        del ways["dataloader"]
+        per_round = VectorisedTrainer(model, data, chunk_size=args.chunk_size, fused_mlp=False, memory_mb=args.memory_mb)
+        ways["vectorised_table_per_round"] = lambda: engine_round(per_round)  # its own trainer: keeps no table
+        vmapped = VectorisedTrainer(model, data, chunk_size=args.chunk_size, fused_mlp=False, wide=False, memory_mb=args.memory_mb)
+        ways["vectorised_vmap"] = lambda: engine_round(vmapped)
     if args.eval:
         ways["eval_vectorised"] = lambda: evaluate_clients(model, stacked, data, data.test, clients, memory_mb=args.memory_mb)
         ways["eval_loop"] = loop_evaluation
     for name in filter(None, args.skip.split(",")):
-        del ways[name]
+        ways.pop(name, None)
 
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
 
@@ -277,8 +312,11 @@ def run(args, numerics: Numerics) -> None:
         "warmup_s": round(warmup_s, 1),
         "ms_per_round": {k: round(v, 1) for k, v in med.items()},
     }
+    if args.femam_levels:
+        result["femam_levels"] = args.femam_levels
     if "vectorised" in med:
-        result["speedup_vs"] = {k: round(med[k] / med["vectorised"], 2) for k in ("reference", "dataloader") if k in med}
+        others = ("reference", "dataloader", "vectorised_table_per_round", "vectorised_vmap")
+        result["speedup_vs"] = {k: round(med[k] / med["vectorised"], 2) for k in others if k in med}
     if "eval_vectorised" in med and "eval_loop" in med:
         result["eval_speedup"] = round(med["eval_loop"] / med["eval_vectorised"], 2)
     print(f"\ndevice {result['device']}  torch {result['torch']}  threads {result['threads']}  warm-up {warmup_s:.1f} s")

@@ -60,7 +60,7 @@ from fedbench.algorithms.femam_rules import (
 )
 from fedbench.algorithms.partial import train_module, trainer_for
 from fedbench.engine.evaluate import evaluate_clients
-from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
+from fedbench.engine.frozen_levels import WeightsIdentity
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 from fedbench.models.additive import COMBINE, AdditiveLevels, additive_weights, level_key
@@ -100,7 +100,8 @@ class FeMAM(Algorithm):
     _modules: dict = field(default_factory=dict, compare=False, repr=False)
 
     # its additive levels (AdditiveLevels) do not fold into the wide step, so they train through vmap
-    ignored_training = {"channels_last": f"FeMAM's additive levels do not fold into the wide step: its local training {VMAP}"}
+    ignored_training = {"channels_last": "FeMAM's local training reads its frozen levels' logits from a table whose step "
+                                          "takes no memory format (channels_last applies to the wide step and the reference loop)"}
     harmless_training = {"channels_last": False}
 
     def __post_init__(self):
@@ -193,7 +194,9 @@ class FeMAM(Algorithm):
         module, trainer = self._module(fed, newest + 1)
         start = rows(additive_weights(state["levels"], self._active(fed, state)), holders)
         mu = self.lam if kind == "cluster" or self.prox_levels == "all" else 0.0
-        trained, loss = train_module(fed, trainer, start, holders, fed.with_local(prox_mu=mu), center=start)
+        frozen = WeightsIdentity(state["levels"][:newest]) if newest else None  # unchanged while this level trains
+        trained, loss = train_module(fed, trainer, start, holders, fed.with_local(prox_mu=mu), center=start,
+                                     frozen_key=frozen)
         level = {k: trained[level_key(newest, k)] for k in state["levels"][newest]}
         state = self._aggregate(fed, state, newest, kind, holders, level, round_)
         return self._validate(fed, state, round_), loss

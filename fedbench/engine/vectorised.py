@@ -11,6 +11,10 @@ its own mean loss at once and applies ``torch.optim.SGD`` to all rows in place, 
   the channel axis, the model's own forward, autograd) -- :func:`wide_step`;
 * anything else: ``torch.func.vmap(grad_and_value(...))`` -- :func:`vmap_step`;
 
+(FeMAM's additive model folds too; while a level trains on frozen earlier ones, the step runs the
+newest level only and reads the frozen levels' logits, computed once per round:
+:mod:`fedbench.engine.frozen_levels`)
+
 then fused ``torch._foreach_*`` updates (:func:`sgd_update`).  Every step is called as
 ``step(state, batch, hp)`` (:mod:`fedbench.engine.step_args`) once its model and data are bound.
 
@@ -48,6 +52,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from fedbench.engine.batches import BatchPlan
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.frozen_levels import FrozenLevels
 from fedbench.engine.fused_mlp import dropout_stack, mlp_step
 from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
@@ -55,7 +60,9 @@ from fedbench.engine.step_args import Minibatch, StepState
 from fedbench.engine.step_runner import EagerFallback, StepRunner
 from fedbench.engine.weights import Weights
 from fedbench.engine.memory import budget_bytes, clients_per_pass, training_bytes_per_client
-from fedbench.engine.wide_model import count_batches, has_batchnorm, wide_forward, wide_input, wide_twin, wide_weights
+from fedbench.engine.wide_model import (
+    count_batches, has_batchnorm, training_counters, wide_forward, wide_input, wide_twin, wide_weights,
+)
 
 # default chunk of the hand-written MLP step on the CPU: at most this many bytes of parameters,
 # so that the weights streamed every step stay in cache (2-core EPYC, 32 MiB L3, 784-200-10,
@@ -111,6 +118,10 @@ class VectorisedTrainer:
                 f"channels_last: {type(model).__name__} does not fold into the wide step, and the vmap step "
                 "takes no memory format; set training.channels_last: false for this model"
             )
+        # FeMAM's additive model: the newest level only, its frozen levels' logits read from a table
+        # (its step has no autocast: under bf16 every level runs in the wide step)
+        self.frozen_levels = FrozenLevels.of(self.model, data, memory_mb) if folded is not None and not numerics.bf16 else None
+        self._frozen_step = None
         if self.fused:
             step = partial(mlp_step, *stack, data)
         elif folded is not None:
@@ -121,6 +132,8 @@ class VectorisedTrainer:
             loss = _masked_loss_fn(self.model, numerics, data.x.device)
             step = partial(vmap_step, vmap(grad_and_value(loss), randomness="different"), data)
         self._step = EagerFallback(step) if compile else step
+        if self.frozen_levels is not None:
+            self._frozen_step = EagerFallback(self.frozen_levels.step) if compile else self.frozen_levels.step
 
     @property
     def numerics_used(self) -> dict:
@@ -137,10 +150,14 @@ class VectorisedTrainer:
         plan: BatchPlan,
         hp: LocalSGD,
         center: Weights | None = None,
+        frozen_key=None,
     ) -> tuple[Weights, torch.Tensor]:
         """Run ``plan`` from the stacked ``start`` weights of ``clients``.
 
         ``center`` (stacked like ``start``) anchors the proximal term; default: ``start``.
+        ``frozen_key`` (FeMAM's additive model: a :class:`~fedbench.engine.frozen_levels.WeightsIdentity`
+        of the frozen levels ``start`` was drawn from): reuse the last call's table of frozen logits
+        while it is equal (:meth:`~fedbench.engine.frozen_levels.FrozenLevels.prepare`).
         Returns the trained stacked weights and each client's mean training loss.
         """
         device = self.data.x.device
@@ -156,6 +173,9 @@ class VectorisedTrainer:
         by_steps = torch.argsort(plan.counts, descending=True, stable=True)
         out = {k: torch.empty_like(v) for k, v in start.items()}
         losses = torch.empty(n, device=device)
+        step = self._step
+        if self.frozen_levels is not None and self.frozen_levels.prepare(start, clients, frozen_key):
+            step = self._frozen_step  # the frozen levels' logits computed once (per round or level)
         for lo in range(0, n, size):
             pos = by_steps[lo : lo + size]
             at = pos.to(device)
@@ -168,6 +188,7 @@ class VectorisedTrainer:
                 BatchPlan(plan.order[pos], plan.counts[pos], plan.batch_size),
                 hp,
                 anchor,
+                step,
             )
             for k, v in weights.items():
                 out[k].index_copy_(0, at, v)
@@ -184,7 +205,7 @@ class VectorisedTrainer:
         return -(-n // chunks)
 
     @torch.no_grad()
-    def _train_chunk(self, weights: Weights, clients, plan: BatchPlan, hp: LocalSGD, anchor: Weights | None):
+    def _train_chunk(self, weights: Weights, clients, plan: BatchPlan, hp: LocalSGD, anchor: Weights | None, step):
         device = self.data.x.device
         params = {k: weights[k] for k in self.param_names}
         buffers = {k: v for k, v in weights.items() if k not in params}
@@ -207,14 +228,14 @@ class VectorisedTrainer:
 
         loss_sum = torch.zeros(n, device=device)
         state = StepState(params, buffers, momentum, anchor, loss_sum)
-        runner = StepRunner(self._step, Counter(k for k in active * epochs if k) if self.cuda_graphs else Counter())
+        runner = StepRunner(step, Counter(k for k in active * epochs if k) if self.cuda_graphs else Counter())
         for e in range(epochs):
             for s, segments in enumerate(schedule):
                 for lo, hi, length in segments:
                     if lo == 0 and length == batch:  # the recurring full-batch step (CUDA graphs)
                         runner.run(hi, state.rows(0, hi), Minibatch(rows[e, s, :hi], mask[s, :hi]), hp)
                     else:
-                        self._step(state.rows(lo, hi), Minibatch(rows[e, s, lo:hi, :length], mask[s, lo:hi, :length]), hp)
+                        step(state.rows(lo, hi), Minibatch(rows[e, s, lo:hi, :length], mask[s, lo:hi, :length]), hp)
         steps = torch.tensor(steps_per_epoch, device=device, dtype=torch.float32) * epochs
         return weights, loss_sum / steps.clamp_min(1)
 
@@ -308,6 +329,6 @@ def wide_step(
         grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
     for leaf in leaves.values():
         leaf.requires_grad_(False)
-    count_batches(buffers)
+    count_batches(buffers, training_counters(wide))
     state.loss_sum.add_(loss.detach())
     sgd_update(state, [g.view_as(p) for g, p in zip(grads, params.values())], hp)

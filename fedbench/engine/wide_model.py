@@ -17,7 +17,8 @@ and the model's *own* ``forward`` runs (ResNets and VGGs included), through
 ``vmap`` of the per-client model, no activation is transposed between layers.
 
 :func:`widen` refuses (returns ``None``) models it cannot fold -- a module with parameters or
-buffers other than Conv2d/Linear/BatchNorm, BatchNorm without running statistics or with a
+buffers other than Conv2d/Linear/BatchNorm (besides buffers a module declares foldable in
+``wide_buffers``: FeMAM's additive model), BatchNorm without running statistics or with a
 cumulative average (``momentum=None``), or a ``forward`` that mixes channels across the
 fold (checked numerically against the per-client model); callers then use ``vmap``.
 """
@@ -98,7 +99,7 @@ def widen(model: nn.Module, input_shape: tuple[int, ...], check: bool = True) ->
             if not module.track_running_stats or module.momentum is None:
                 return None
             continue
-        elif next(module.parameters(recurse=False), None) is not None or next(module.buffers(recurse=False), None) is not None:
+        elif next(module.parameters(recurse=False), None) is not None or _unfolded_buffers(module):
             return None  # a layer we do not know how to fold
         else:
             continue
@@ -108,6 +109,22 @@ def widen(model: nn.Module, input_shape: tuple[int, ...], check: bool = True) ->
     if check and not _folds_exactly(model, wide, input_shape):
         return None
     return wide
+
+
+def _unfolded_buffers(module: nn.Module) -> bool:
+    """Does ``module`` own a buffer that its forward does not read per client?  A module declares
+    the buffers it reads in the folded layout (``[k * d0, ...]`` rows, k from their size) in
+    ``wide_buffers`` (FeMAM's additive model: its ``active`` levels); the numerical check decides."""
+    declared = set(getattr(module, "wide_buffers", ()))
+    return any(name not in declared for name, _ in module.named_buffers(recurse=False))
+
+
+def training_counters(wide: nn.Module) -> set[str]:
+    """Names of the ``num_batches_tracked`` counters that a forward in the model's current mode
+    advances: those of BatchNorm layers in training mode (a frozen part held in eval mode, as
+    FeMAM's earlier levels, counts nothing)."""
+    return {f"{name}.{_NUM_BATCHES}" if name else _NUM_BATCHES for name, m in wide.named_modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats}
 
 
 _TWINS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -135,10 +152,11 @@ def wide_weights(stacked: Weights) -> Weights:
     return out
 
 
-def count_batches(buffers: Weights) -> None:
-    """One more batch for every client row of every ``num_batches_tracked`` buffer (in place)."""
+def count_batches(buffers: Weights, counters: set[str] | None = None) -> None:
+    """One more batch for every client row of every ``num_batches_tracked`` buffer (in place);
+    only those named in ``counters`` when given (:func:`training_counters`)."""
     for k, v in buffers.items():
-        if k.endswith(_NUM_BATCHES):
+        if k.endswith(_NUM_BATCHES) and (counters is None or k in counters):
             v.add_(1)
 
 

@@ -8,6 +8,11 @@ frozen (parameters held as buffers, :func:`~fedbench.models.frozen.freeze_parame
 stay in eval mode even when the module is put in training mode, so their BatchNorm uses running
 statistics (notes §1.4, ``clients.train_model``).  ``combine="mean"`` divides the sum by the
 number of active levels (the released code's loss on the mean of the logits, notes §1.7.1).
+
+The forward reads ``active`` as ``[clients, levels]`` rows -- one row for one client's model (also
+under ``vmap``), k rows in the *wide* model of :mod:`fedbench.engine.wide_model`, where every
+level's output ``[B, k*C]`` holds the k clients' logits side by side -- so the model folds
+(``wide_buffers``): each client's active levels are a per-client mask on the summed output.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ COMBINE = ("sum", "mean")
 
 
 class AdditiveLevels(nn.Module):
+    wide_buffers = ("active",)  # read per client by forward: widen may fold the model
+
     def __init__(self, template: nn.Module, n_levels: int, combine: str = "sum", trainable: bool = True):
         super().__init__()
         if n_levels < 1:
@@ -43,10 +50,21 @@ class AdditiveLevels(nn.Module):
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = sum(self.active[l] * level(x) for l, level in enumerate(self.levels))
-        if self.combine == "mean":
-            out = out / self.active.sum().clamp_min(1.0)
-        return out
+        return combine_levels([level(x) for level in self.levels], self.active, self.combine)
+
+
+def combine_levels(outputs: list[torch.Tensor], active: torch.Tensor, combine: str) -> torch.Tensor:
+    """Eq. (2): sum_l a_l outputs[l] (``combine="mean"``: divided by the number of active levels).
+    ``outputs[l]`` ``[B, k*C]`` (k clients' logits side by side; k = 1 for one client's model),
+    ``active`` ``[k * levels]`` or ``[k, levels]`` (row j: client j's a_l)."""
+    a = active.reshape(-1, len(outputs))  # [k, levels]
+    batch = outputs[0].shape[0]
+    out = 0
+    for l, y in enumerate(outputs):
+        out = out + y.view(batch, a.shape[0], -1) * a[:, l, None]
+    if combine == "mean":
+        out = out / a.sum(1).clamp_min(1.0)[:, None]
+    return out.reshape(batch, -1)
 
 
 def level_key(level: int, name: str) -> str:

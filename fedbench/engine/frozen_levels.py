@@ -36,7 +36,7 @@ from torch import nn
 
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.memory import budget_bytes, evaluation_bytes_per_row
-from fedbench.engine.step_args import Minibatch, StepState
+from fedbench.engine.step_args import Minibatch, StepState, sgd_update
 from fedbench.engine.wide_model import count_batches, training_counters, wide_forward, wide_input, wide_twin, wide_weights
 from fedbench.models.additive import AdditiveLevels, level_key
 
@@ -133,7 +133,6 @@ class FrozenLevels:
     def step(self, state: StepState, batch: Minibatch, hp) -> None:
         """The wide step (:func:`~fedbench.engine.vectorised.wide_step`) on the newest level only,
         the frozen levels read from :attr:`table`."""
-        from fedbench.engine.vectorised import sgd_update  # noqa: PLC0415 - vectorised imports this module
 
         n = len(self.newest)
         params = {name[n:]: v for name, v in state.params.items()}

@@ -10,10 +10,14 @@ is called as ``step(state, batch, hp)`` after its model and the :class:`Federate
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from fedbench.engine.weights import Weights
+
+if TYPE_CHECKING:
+    from fedbench.engine.local_sgd import LocalSGD
 
 
 @dataclass(frozen=True)
@@ -50,3 +54,21 @@ class Minibatch:
 
 def _rows(weights: Weights | None, lo: int, hi: int) -> Weights | None:
     return None if weights is None else {k: v[lo:hi] for k, v in weights.items()}
+
+
+def sgd_update(state: StepState, grads: list[torch.Tensor], hp: LocalSGD) -> None:
+    """``torch.optim.SGD`` (dampening 0, no Nesterov) on grad + wd p + mu (p - anchor), in place
+    on every row of ``state.params`` and ``state.momentum``."""
+    params, momentum, anchor = state.params, state.momentum, state.anchor
+    lr, mom, wd, mu = hp.lr, hp.momentum, hp.weight_decay, hp.prox_mu
+    p, g = list(params.values()), list(grads)
+    if wd + mu:  # g += mu (p - anchor) + wd p, without a temporary for p - anchor
+        torch._foreach_add_(g, p, alpha=wd + mu)
+    if mu:
+        torch._foreach_add_(g, list(anchor.values()), alpha=-mu)
+    if momentum is not None:  # buffers start at zero: the first step gives buf = g, as torch.optim.SGD
+        buf = list(momentum.values())
+        torch._foreach_mul_(buf, mom)
+        torch._foreach_add_(buf, g)
+        g = buf
+    torch._foreach_add_(p, g, alpha=-lr)

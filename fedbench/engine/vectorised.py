@@ -56,7 +56,7 @@ from fedbench.engine.frozen_levels import FrozenLevels
 from fedbench.engine.fused_mlp import dropout_stack, mlp_step
 from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
-from fedbench.engine.step_args import Minibatch, StepState
+from fedbench.engine.step_args import Minibatch, StepState, sgd_update
 from fedbench.engine.step_runner import EagerFallback, StepRunner
 from fedbench.engine.weights import Weights
 from fedbench.engine.memory import budget_bytes, clients_per_pass, training_bytes_per_client
@@ -277,24 +277,6 @@ def step_schedule(counts: list[int], batch: int, exact: bool) -> list[list[tuple
             lo = hi
         schedule.append(segments)
     return schedule
-
-
-def sgd_update(state: StepState, grads: list[torch.Tensor], hp: LocalSGD) -> None:
-    """``torch.optim.SGD`` (dampening 0, no Nesterov) on grad + wd p + mu (p - anchor), in place
-    on every row of ``state.params`` and ``state.momentum``."""
-    params, momentum, anchor = state.params, state.momentum, state.anchor
-    lr, mom, wd, mu = hp.lr, hp.momentum, hp.weight_decay, hp.prox_mu
-    p, g = list(params.values()), list(grads)
-    if wd + mu:  # g += mu (p - anchor) + wd p, without a temporary for p - anchor
-        torch._foreach_add_(g, p, alpha=wd + mu)
-    if mu:
-        torch._foreach_add_(g, list(anchor.values()), alpha=-mu)
-    if momentum is not None:  # buffers start at zero: the first step gives buf = g, as torch.optim.SGD
-        buf = list(momentum.values())
-        torch._foreach_mul_(buf, mom)
-        torch._foreach_add_(buf, g)
-        g = buf
-    torch._foreach_add_(p, g, alpha=-lr)
 
 
 def vmap_step(grad_fn, data: FederatedData, state: StepState, batch: Minibatch, hp: LocalSGD) -> None:

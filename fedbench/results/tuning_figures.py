@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedbench.data.partition_file import atomic_write  # noqa: E402
@@ -53,6 +54,9 @@ def plot_sensitivity(trials: pd.DataFrame, out, title: str = "") -> None:
             fig.colorbar(points, ax=ax, label=others[0])
         if x == "lr" or (rows_[x] > 0).all() and rows_[x].max() / max(rows_[x].min(), 1e-12) > 20:
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # labels within a decade too
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(x)
         ax.set_ylabel(rows_["metric"].iloc[0] if "metric" in rows_ else "validation score")
         ax.set_title(algorithm, fontsize=10)

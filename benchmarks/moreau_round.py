@@ -40,8 +40,10 @@ from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.reference import ReferenceTrainer
-from fedbench.engine.weights import broadcast, model_weights, parameter_names, rows
+from fedbench.engine.weights import model_weights
 from fedbench.models import build_model
+
+import moreau_before as before  # the loops of deb7334 (this script's folder is on the path)
 
 MODELS = {  # spec, input shape
     "mlr": ({"arch": "mlr"}, (60,)),
@@ -78,73 +80,20 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-# ---- the round loops as they stood at deb7334 -----------------------------------------------------------------
-
-def before_pfedme(algo, fed, state, round_):
-    x = state["global"]
-    names = parameter_names(fed.model)
-    everyone = torch.arange(fed.num_clients, device=fed.device)
-    oracle = fed.minibatch_gradients()
-    w = broadcast({n: x[n] for n in names}, fed.num_clients)
-    theta = {n: v.clone() for n, v in w.items()}
-    buffers = fed.client_buffers(x, fed.num_clients)
-    th, wl = list(theta.values()), list(w.values())
-    batches = oracle.draw(algo.local_steps, everyone, fed.generator)
-    loss_sum = torch.zeros(fed.num_clients, device=fed.device)
-    pull, eta = algo.personal_lr * algo.lam, fed.local.lr * algo.lam
-    with torch.no_grad():
-        for r in range(algo.local_steps):
-            for _ in range(algo.inner_steps):
-                grads, loss = oracle(theta, batches[r], everyone, buffers)
-                g = [grads[n] for n in theta]
-                if algo.mu:
-                    torch._foreach_add_(g, th, alpha=algo.mu)
-                torch._foreach_lerp_(th, wl, pull)
-                torch._foreach_add_(th, g, alpha=-algo.personal_lr)
-                loss_sum += loss
-            torch._foreach_lerp_(wl, th, eta)
-        chosen = fed.sample_clients()
-        average = fed.average(rows({**w, **buffers}, chosen), chosen)
-        new_global = {k: torch.lerp(x[k], v, algo.beta) if v.is_floating_point() else v for k, v in average.items()}
-    personal = {**state["personal"], **(theta if algo.personal_model == "theta" else w), **buffers}
-    return {"global": {**x, **new_global}, "personal": personal}, loss_sum / (algo.local_steps * algo.inner_steps)
-
-
-def before_perfedavg(algo, fed, state, round_):
-    x = state["global"]
-    names = parameter_names(fed.model)
-    chosen = fed.sample_clients()
-    oracle = fed.minibatch_gradients()
-    theta = broadcast({n: x[n] for n in names}, len(chosen))
-    buffers = fed.client_buffers(x, len(chosen))
-    batches = oracle.draw(2 * algo.local_steps, chosen, fed.generator)
-    loss_sum = torch.zeros(len(chosen), device=fed.device)
-    with torch.no_grad():
-        for r in range(algo.local_steps):
-            grads, loss = oracle(theta, batches[2 * r], chosen, buffers)
-            temp = dict(zip(names, torch._foreach_add(list(theta.values()), [grads[n] for n in names], alpha=-fed.local.lr)))
-            meta, _ = oracle(temp, batches[2 * r + 1], chosen, buffers)
-            torch._foreach_add_(list(theta.values()), [meta[n] for n in names], alpha=-algo.beta)
-            loss_sum += loss
-    return {"global": {**x, **fed.average({**theta, **buffers}, chosen)}}, loss_sum / algo.local_steps
-
+# ---- the round loops as they stood at deb7334 (benchmarks/moreau_before.py) -----------------------------------
 
 def before_pfedmt(algo, fed, state, round_):
     """PFedMT.round with the device step of deb7334: the plain oracle's gradient, Eq. (10) by three ``_foreach``."""
     fast = pfedmt_module.minibatch_device_step
 
-    def device_step(fed, single, team_iterations, local_iterations, alpha, dlam):
-        gradient, buffers = pfedmt_module.minibatch_device_gradient(fed, single, local_iterations)
-        return pfedmt_module.gradient_device_step(gradient, alpha, dlam), buffers
-
-    pfedmt_module.minibatch_device_step = device_step
+    pfedmt_module.minibatch_device_step = before.pfedmt_device_step
     try:
         return algo.round(fed, state, round_)
     finally:
         pfedmt_module.minibatch_device_step = fast
 
 
-BEFORE = {"pfedme": before_pfedme, "perfedavg": before_perfedavg, "pfedmt": before_pfedmt}
+BEFORE = {"pfedme": before.pfedme_round, "perfedavg": before.perfedavg_round, "pfedmt": before_pfedmt}
 
 
 def federation(args, device, model_name: str, before: bool) -> tuple[Federation, dict]:

@@ -20,6 +20,9 @@ running variance in float32 and by 4e-16 in float64 -- benchmarks/moreau_round.p
 difference for any model.)
 """
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -31,7 +34,10 @@ from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
-from fedbench.engine.weights import broadcast, model_weights, parameter_names, rows
+from fedbench.engine.weights import model_weights
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import moreau_before as before  # noqa: E402  (the loops of deb7334, benchmarks/moreau_before.py)
 
 U = 2.0**-24
 ROUNDS = 2
@@ -64,78 +70,6 @@ def cnn_federation():
 FEDERATIONS = {"mlp": (mlp_federation, "hand"), "cnn": (cnn_federation, "wide")}
 
 
-# ---- the round loops as they stood at deb7334 (oracle(...) and the methods' own _foreach arithmetic) ----
-
-def old_pfedme_round(algo, fed, state):
-    x = state["global"]
-    names = parameter_names(fed.model)
-    everyone = torch.arange(fed.num_clients, device=fed.device)
-    oracle = fed.minibatch_gradients()
-    w = broadcast({n: x[n] for n in names}, fed.num_clients)
-    theta = {n: v.clone() for n, v in w.items()}
-    buffers = fed.client_buffers(x, fed.num_clients)
-    th, wl = list(theta.values()), list(w.values())
-    batches = oracle.draw(algo.local_steps, everyone, fed.generator)
-    loss_sum = torch.zeros(fed.num_clients, device=fed.device)
-    pull, eta = algo.personal_lr * algo.lam, fed.local.lr * algo.lam
-    with torch.no_grad():
-        for r in range(algo.local_steps):
-            for _ in range(algo.inner_steps):
-                grads, loss = oracle(theta, batches[r], everyone, buffers)
-                g = [grads[n] for n in theta]
-                if algo.mu:
-                    torch._foreach_add_(g, th, alpha=algo.mu)
-                torch._foreach_lerp_(th, wl, pull)
-                torch._foreach_add_(th, g, alpha=-algo.personal_lr)
-                loss_sum += loss
-            torch._foreach_lerp_(wl, th, eta)
-        chosen = fed.sample_clients()
-        average = fed.average(rows({**w, **buffers}, chosen), chosen)
-        new_global = {k: torch.lerp(x[k], v, algo.beta) if v.is_floating_point() else v for k, v in average.items()}
-    personal = {**state["personal"], **(theta if algo.personal_model == "theta" else w), **buffers}
-    return {"global": {**x, **new_global}, "personal": personal}, loss_sum / (algo.local_steps * algo.inner_steps)
-
-
-def old_perfedavg_round(algo, fed, state):
-    x = state["global"]
-    names = parameter_names(fed.model)
-    chosen = fed.sample_clients()
-    oracle = fed.minibatch_gradients()
-    theta = broadcast({n: x[n] for n in names}, len(chosen))
-    buffers = fed.client_buffers(x, len(chosen))
-    batches = oracle.draw(2 * algo.local_steps, chosen, fed.generator)
-    loss_sum = torch.zeros(len(chosen), device=fed.device)
-    with torch.no_grad():
-        for r in range(algo.local_steps):
-            grads, loss = oracle(theta, batches[2 * r], chosen, buffers)
-            temp = dict(zip(names, torch._foreach_add(list(theta.values()), [grads[n] for n in names], alpha=-fed.local.lr)))
-            meta, _ = oracle(temp, batches[2 * r + 1], chosen, buffers)
-            torch._foreach_add_(list(theta.values()), [meta[n] for n in names], alpha=-algo.beta)
-            loss_sum += loss
-    return {"global": {**x, **fed.average({**theta, **buffers}, chosen)}}, loss_sum / algo.local_steps
-
-
-def old_sgd_steps(fed, start, clients, steps):
-    oracle = fed.minibatch_gradients()
-    names = parameter_names(fed.model)
-    theta = {n: start[n].clone() for n in names}
-    buffers = {k: v.clone() for k, v in start.items() if k not in theta}
-    batches = oracle.draw(steps, clients, fed.generator)
-    loss_sum = torch.zeros(len(clients), device=fed.device)
-    with torch.no_grad():
-        for s in range(steps):
-            grads, loss = oracle(theta, batches[s], clients, buffers)
-            torch._foreach_add_(list(theta.values()), [grads[n] for n in theta], alpha=-fed.local.lr)
-            loss_sum += loss
-    return {**start, **theta, **buffers}, loss_sum / max(steps, 1)
-
-
-def old_pfedmt_step(fed, single, team_iterations, local_iterations, alpha, dlam):
-    """The device step before: gradient from the plain oracle, Eq. (10) by three ``_foreach`` updates."""
-    gradient, buffers = pfedmt_module.minibatch_device_gradient(fed, single, local_iterations)
-    return pfedmt_module.gradient_device_step(gradient, alpha, dlam), buffers
-
-
 def run(method, make, old, monkeypatch, dtype=torch.float32):
     """Two rounds of ``method`` from the same start: the new path, or (``old``) the loops above with the
     oracle the model took before (unfused hand path, or vmap instead of the wide model)."""
@@ -159,13 +93,13 @@ def run(method, make, old, monkeypatch, dtype=torch.float32):
 
     fed.minibatch_gradients = oracle
     if old and method == "pfedmt":
-        monkeypatch.setattr(pfedmt_module, "minibatch_device_step", old_pfedmt_step)
+        monkeypatch.setattr(pfedmt_module, "minibatch_device_step", before.pfedmt_device_step)
     if old and method == "fedavg":
-        fed.sgd_steps = lambda start, clients, steps: old_sgd_steps(fed, start, clients, steps)
+        fed.sgd_steps = lambda start, clients, steps: before.sgd_steps(fed, start, clients, steps)
     state = algo.init(fed, model_weights(model))
     for t in range(1, ROUNDS + 1):
         if old and method in ("pfedme", "perfedavg"):
-            state, loss = (old_pfedme_round if method == "pfedme" else old_perfedavg_round)(algo, fed, state)
+            state, loss = (before.pfedme_round if method == "pfedme" else before.perfedavg_round)(algo, fed, state)
         else:
             state, loss = algo.round(fed, state, t)
     monkeypatch.undo()

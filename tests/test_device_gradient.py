@@ -236,6 +236,7 @@ def test_step_is_the_proximal_gradient_step(name, at):
         torch.testing.assert_close(theta[n].double(), want[n], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow  # torch.compile's first use (~30 s); .ci/run runs it
 def test_numerics_pick_the_path_bf16_off_the_hand_path_and_compile_unfused():
     """``bf16``: the hand-written stack has no autocast, so an MLP takes the wide model (``path``
     says so), its gradients FP32 and near the FP32 ones; ``compile``: the hand path stays but runs

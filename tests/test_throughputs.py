@@ -69,6 +69,7 @@ def matrix_script():
     return module
 
 
+@pytest.mark.slow  # a subprocess per setting (~30 s); .ci/run runs it
 def test_the_numerics_matrix_logs_every_setting_and_fails_soft(matrix_script, tmp_path):
     """gpu_check.sh's matrix at the tiny size on the CPU: one row per setting as it arrives; a setting
     that fails is a row with its error and the next still runs; bf16 takes the MLP through the wide step."""

@@ -49,13 +49,18 @@ DEVICES = ("cpu", "cuda")
 ADDED_SEEDS = "claims: added seeds, at most"  # the row of the jobs the claims' looks may add
 
 
-def cell_shape(config: dict, cell, spec: dict):
-    summary = Path(f"{partition_stem(config.get('results', 'results'), cell.dataset, cell.partition, cell.seed)}.json")
+def shape_under(root: str, dataset: str, partition: str, seed: int, spec: dict):
+    """A cell's shape: its partition's summary under the results ``root`` where present, else the dataset's facts."""
+    summary = Path(f"{partition_stem(root, dataset, partition, seed)}.json")
     if summary.exists():
         recorded = json.loads(summary.read_text())
         if "input_shape" in recorded:
             return summary_shape(recorded)
     return estimated_shape(spec["dataset"], spec["partition"])
+
+
+def cell_shape(config: dict, cell, spec: dict):
+    return shape_under(config.get("results", "results"), cell.dataset, cell.partition, cell.seed, spec)
 
 
 def planned_jobs(config: dict):
@@ -176,12 +181,8 @@ def measured_seconds(root: Path, run_dir: Path, metrics: dict) -> tuple[float, s
 def run_shape(root: Path, metrics: dict, spec: dict):
     """The run's shape: its partition's summary under ``root`` where present, else the dataset's facts."""
     cell = metrics.get("cell", {})
-    summary = Path(f"{partition_stem(str(root), cell.get('dataset', '?'), cell.get('partition', '?'), cell.get('seed', metrics.get('seed', 0)))}.json")
-    if summary.exists():
-        recorded = json.loads(summary.read_text())
-        if "input_shape" in recorded:
-            return summary_shape(recorded)
-    return estimated_shape(spec["dataset"], spec["partition"])
+    return shape_under(str(root), cell.get("dataset", "?"), cell.get("partition", "?"),
+                       cell.get("seed", metrics.get("seed", 0)), spec)
 
 
 def check_runs(root: str | Path, table: dict | None = None) -> tuple[list[dict], list[str]]:

@@ -278,6 +278,7 @@ def test_editing_a_partition_reruns_only_what_depends_on_it(tiny_run, tmp_path):
     }, process.stdout[-3000:]
 
 
+@pytest.mark.slow  # a further workflow run; CI runs it in .ci/run's slow step
 def test_tables_rebuild_a_deleted_run(tiny_run):
     """Deleting a run directory and asking for the tables reruns that cell and rebuilds the tables."""
     configfile = tiny_run / "tiny_config.yaml"
@@ -296,6 +297,7 @@ def test_tables_rebuild_a_deleted_run(tiny_run):
     assert planned_jobs(snakemake(tiny_run, "-n", configfile=configfile).stdout) == {}
 
 
+@pytest.mark.slow  # a further workflow run; CI runs it in .ci/run's slow step
 def test_two_configs_run_side_by_side(tmp_path):
     """Two configs with different ``results:`` roots run at once in one directory; each writes
     its own outputs and logs."""

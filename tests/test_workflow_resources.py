@@ -47,6 +47,7 @@ def runs(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.slow  # the module's two workflow runs (~85 s); CI runs them in .ci/run's slow step
 def test_an_all_diverged_experiment_builds_its_table_figure_and_report(runs):
     run = runs / "results" / "runs" / "blowup" / "digits" / "iid" / "mlr" / "fedavg" / "seed0"
     assert json.loads((run / "metrics.json").read_text())["status"] == "diverged"
@@ -58,6 +59,7 @@ def test_an_all_diverged_experiment_builds_its_table_figure_and_report(runs):
     assert "curves_blowup.png" in report.read_text(errors="replace")
 
 
+@pytest.mark.slow  # the module's two workflow runs (~85 s); CI runs them in .ci/run's slow step
 def test_results_table_merges_the_experiments_on_disk(runs):
     markdown = (runs / "results" / "tables" / "results.md").read_text()
     assert "## tiny" in markdown and "## blowup" in markdown
@@ -66,6 +68,7 @@ def test_results_table_merges_the_experiments_on_disk(runs):
     assert 30 < table.set_index("experiment").loc["tiny", "accuracy_mean"] <= 100
 
 
+@pytest.mark.slow  # the module's two workflow runs (~85 s); CI runs them in .ci/run's slow step
 def test_editing_the_train_script_plans_no_retraining(runs):
     """Snakemake's ``code`` trigger compares a script's mtime with its outputs'; the workflow profile
     leaves it off, so a newer ``train.py`` (touched, content unchanged) plans nothing (the same
@@ -89,6 +92,7 @@ def slurm_profile_without_executor(directory) -> str:
     return str(directory)
 
 
+@pytest.mark.slow  # the module's two workflow runs (~85 s); CI runs them in .ci/run's slow step
 def test_slurm_profile_requests_each_cells_own_memory_and_runtime(runs, tmp_path, monkeypatch):
     from snakemake.cli import get_argument_parser
 

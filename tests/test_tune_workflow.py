@@ -36,6 +36,21 @@ def test_a_tuned_plan_schedules_trials_choices_tuned_runs_and_the_first_looks(tm
         "claims_look": 2, "paper_claims": 1, "partition": 3}  # partitions: seeds 0, 1 and the tuning seed 50
 
 
+def test_the_claims_target_plans_only_what_the_claims_read(tmp_path):
+    """``snakemake claims``: the claimed algorithms' runs, trials and tuned runs, and the looks; an
+    algorithm no claim compares (FedProx here) is neither run nor tuned, and no table or figure is made."""
+    configfile = tmp_path / "tuned.yaml"
+    config = tuned_config(configfile)
+    config["algorithms"]["fedprox"] = {"method": "fedprox"}
+    config["experiments"]["tiny"]["grid"][0]["algorithms"].append("fedprox")
+    write_config(configfile, config)
+    everything = planned_jobs(snakemake(tmp_path, "-n", configfile=configfile).stdout)
+    assert (everything["train_cell"], everything["tune_trial"], everything["train_tuned"]) == (6, 9, 6)
+    jobs = planned_jobs(snakemake(tmp_path, "-n", "claims", configfile=configfile).stdout)
+    assert jobs == {"partition": 3, "train_cell": 4, "tune_trial": 6, "tune_select": 2, "train_tuned": 4,
+                    "claims_look": 2, "paper_claims": 1, "claims": 1}, jobs
+
+
 @pytest.mark.slow
 def test_a_tuned_run_reads_each_claim_at_both_settings(tmp_path):
     """The whole DAG: trials, selection on validation rows, tuned runs, looks adding seeds to an open

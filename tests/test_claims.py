@@ -232,6 +232,8 @@ def test_a_valid_claim_passes_the_config_checks():
     ({"better": "ifca", "than": "fedavg", "experiment": "flt"}, r"claims\.c\.experiment: 'flt' is not declared"),
     ({"better": "ifca", "than": "fedavg", "published": {"paper": "flt", "table": "Table 1", "dataset": "MNIST",
       "partition": "scenario1", "better": "FLT (Enc3)", "than": "FedAvg"}}, r"claims\.c\.published\[0\]\.better: 0 rows"),
+    ({"better": "ifca", "than": "fedavg", "not_reached": "leave_out"},
+     r"claims\.c\.not_reached: only a \*_to_target metric has a target \(and not_reached\); metric is 'accuracy'"),
 ])
 def test_the_config_checks_reject_unknown_methods_cells_and_rows(claim, message):
     with pytest.raises(ConfigError, match=message):

@@ -22,7 +22,7 @@ from fedbench.config import Cell
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import broadcast, model_weights
-from fedbench.results.claims import HOLDS, evaluate_claims, metric_column
+from fedbench.results.claims import HOLDS, INCONCLUSIVE, _runs_with_global, evaluate_claims, metric_column, reading
 from fedbench.results.convergence import reach, time_to_target
 from fedbench.results.published import load_published
 
@@ -176,11 +176,24 @@ def test_target_never_reached_is_nan():
     assert all(math.isnan(v) for v in reach([10, 20], [0.5, 0.6], [1, 2], 0.65))
 
 
+def test_a_run_that_never_reaches_the_target_counts_its_last_round_at_the_horizon():
+    """min(tau, T): 85 % is never reached; at the horizon the run counts round 30 and the 6 MB sent by
+    then (1.5 per client) and says it did not reach it; without, NaN."""
+    history = pd.DataFrame({"round": [10, 20, 30], "acc_mean": [0.50, 0.70, 0.80],
+                            "downlink_bytes_total": [1e6, 2e6, 3e6], "uplink_bytes_total": [1e6, 2e6, 3e6]})
+    at_horizon = time_to_target(history, "mean_client_last", 4, target=85, at_horizon=True)
+    assert at_horizon == pytest.approx({"rounds_to_target": 30, "mb_to_target": 6.0, "client_mb_to_target": 1.5,
+                                        "reached": False})
+    assert time_to_target(history, "mean_client_last", 4, target=65, at_horizon=True)["reached"] is True
+    assert time_to_target(history, "mean_client_last", 4, target=65, at_horizon=True)["rounds_to_target"] == 18
+
+
 def test_time_to_target_absolute_and_as_a_fraction_of_the_final_accuracy():
     history = pd.DataFrame({"round": [10, 20, 30], "acc_mean": [0.50, 0.70, 0.80],
                             "downlink_bytes_total": [1e6, 2e6, 3e6], "uplink_bytes_total": [1e6, 2e6, 3e6]})
     absolute = time_to_target(history, "mean_client_last", num_clients=4, target=65)
-    assert absolute == pytest.approx({"rounds_to_target": 18, "mb_to_target": 3.6, "client_mb_to_target": 0.9})
+    assert absolute == pytest.approx({"rounds_to_target": 18, "mb_to_target": 3.6, "client_mb_to_target": 0.9,
+                                      "reached": True})
     # 90 % of the final 0.80 = 0.72: crossed at 20 + (0.02 / 0.10) * 10 = 22 -> round 22, 4.4 MB
     fraction = time_to_target(history, "mean_client_last", num_clients=4, fraction=0.9)
     assert fraction["rounds_to_target"] == 22 and fraction["mb_to_target"] == pytest.approx(4.4)
@@ -208,6 +221,30 @@ def test_fewer_rounds_is_better_in_a_claim():
     assert row["comparison"] == "b − a, to 80 %" and row["delta"] == 5.0  # DEFAULT_DELTA: 5 rounds
     missing = evaluate_claims(config, runs([10, 12, np.nan]), load_published()).iloc[0]
     assert missing["n"] == 2 and missing["diverged"] == "a did not reach the target or diverged (seed 2)"
+
+
+def test_a_method_that_never_reaches_the_target_loses_at_the_horizon_instead_of_dropping_out(tmp_path):
+    """Runs of 30 rounds evaluated every 10 (hand_run): ``a`` reaches 65 % at round 18 (17.5 rounded up) on
+    every seed; ``b`` reaches it at round 28 on seed 0 and never on seeds 1, 2 (counted at round 30).
+    At the horizon: b - a = 10, 12, 12 -> mean 11.33, sd 1.155, t(0.975, 2) = 4.3027: 11.33 ± 2.87,
+    holds.  Left out (``not_reached: leave_out``): only seed 0 pairs, no interval, inconclusive."""
+    for seed in range(3):
+        hand_run(tmp_path / "e" / "d" / "p" / "m", "a", seed, [0.5, 0.7, 0.8], 1000)
+        hand_run(tmp_path / "e" / "d" / "p" / "m", "b", seed, [0.3, 0.5, 0.7 if seed == 0 else 0.6], 1000)
+    paths = sorted(tmp_path.glob("e/d/p/m/*/seed*/metrics.json"))
+    claim = {"source": "hand-made", "experiment": "e", "better": "a", "than": "b", "metric": "rounds_to_target", "target": 65}
+    grid = [{"datasets": ["d"], "partitions": ["p"], "models": ["m"], "algorithms": ["a", "b"]}]
+    config = {"seeds": [0, 1, 2], "experiments": {"e": {"grid": grid}}, "claims": {"c": claim}}
+    row = evaluate_claims(config, _runs_with_global(config, paths), load_published()).iloc[0]
+    assert row["verdict"] == HOLDS and row["n"] == 3 and row["difference"] == pytest.approx(34 / 3)
+    assert (row["low"], row["high"]) == pytest.approx((34 / 3 - 4.3027 * 1.1547 / 3 ** 0.5,
+                                                       34 / 3 + 4.3027 * 1.1547 / 3 ** 0.5), abs=1e-3)
+    assert row["at_horizon"] == "b did not reach the target (seed 1, 2: counted at its last round)"
+    assert row["diverged"] == "" and "counted at its last round" in reading(row)
+    config["claims"]["c"] = {**claim, "not_reached": "leave_out"}
+    left_out = evaluate_claims(config, _runs_with_global(config, paths), load_published()).iloc[0]
+    assert left_out["n"] == 1 and left_out["verdict"] == INCONCLUSIVE and left_out["at_horizon"] == ""
+    assert left_out["diverged"] == "b did not reach the target or diverged (seed 1, 2)"
 
 
 # ---- a run's outputs -------------------------------------------------------------------------
@@ -273,7 +310,7 @@ def hand_run(root, algorithm, seed, accuracy, per_round_bytes, rounds=(10, 20, 3
     run.mkdir(parents=True)
     cell = {"experiment": "e", "dataset": "d", "partition": "p", "model": "m", "algorithm": algorithm, "seed": seed}
     (run / "metrics.json").write_text(json.dumps({"cell": cell, "protocol": "mean_client_last", "num_clients": 4,
-                                                  "status": "completed"}))
+                                                  "status": "completed", "final": {"accuracy": accuracy[-1]}}))
     total = [per_round_bytes * r for r in rounds]
     pd.DataFrame({"round": rounds, "acc_mean": accuracy, "downlink_bytes_total": total,
                   "uplink_bytes_total": total}).to_csv(run / "history.csv", index=False)

@@ -61,8 +61,11 @@ clusters (:meth:`fedbench.algorithms.base.Algorithm.planted_clusters`), so a cla
 recovery without HC's choice of C.  ``rounds_to_target``, ``mb_to_target``, ``client_mb_to_target``: the
 rounds, megabytes and megabytes per client a run took to reach the claim's ``target`` (accuracy %) or
 ``target_fraction`` (of its own final accuracy), :mod:`fedbench.results.convergence`; fewer is better, so
-their comparisons read ``than - better`` (positive: ``better`` got there sooner) and a run that never
-reached the target is left out of its seed's pair, as a diverged one."""
+their comparisons read ``than - better`` (positive: ``better`` got there sooner).  A run that never
+reached the target counts its last evaluated round (and the bytes sent by then): the claim compares the
+restricted time to target, ``min(tau, T)`` (:mod:`fedbench.results.convergence`), and names the runs so
+counted; a claim's ``not_reached: leave_out`` leaves such a run out of its seed's pair instead, as a
+diverged run always is."""
 CELL_AXES = ("datasets", "partitions", "models")
 CONFIDENCE = 0.95
 DEFAULT_ALPHA = 0.025  # one look: the 95 % interval
@@ -177,12 +180,13 @@ def check_claims(config: dict, published: pd.DataFrame | None = None) -> None:
 
 def _check_target(claim: dict, where: str) -> None:
     """A time-to-target claim is a comparison with exactly one of ``target`` and ``target_fraction``;
-    no other claim has either."""
+    no other claim has either, nor ``not_reached``."""
     given = [key for key in ("target", "target_fraction") if key in claim]
     if claim.get("metric", "accuracy") not in TARGET_METRICS:
-        if given:
-            raise ClaimError(f"{where}.{given[0]}: only a *_to_target metric has a target; metric is "
-                             f"{claim.get('metric', 'accuracy')!r}")
+        extra = [*given, *(["not_reached"] if "not_reached" in claim else [])]
+        if extra:
+            raise ClaimError(f"{where}.{extra[0]}: only a *_to_target metric has a target (and not_reached); "
+                             f"metric is {claim.get('metric', 'accuracy')!r}")
         return
     if len(given) != 1:
         raise ClaimError(f"{where}: metric {claim['metric']} needs exactly one of target (accuracy %) and target_fraction")
@@ -197,7 +201,12 @@ def metric_column(claim: dict) -> str:
     metric = claim.get("metric", "accuracy")
     if metric not in TARGET_METRICS:
         return metric
-    return f"{metric}@{target_label(claim.get('target'), claim.get('target_fraction'))}"
+    left_out = " (not reached: left out)" if claim.get("not_reached", "horizon") == "leave_out" else ""
+    return f"{metric}@{target_label(claim.get('target'), claim.get('target_fraction'))}{left_out}"
+
+
+REACHED = " reached"
+"""Suffix of the column beside a time-to-target column: whether the run reached the target."""
 
 
 # ---- evaluation ----------------------------------------------------------------------------
@@ -388,6 +397,7 @@ def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, p
             why = "did not reach the target or diverged" if metric in TARGET_METRICS else "diverged"
             diverged = "; ".join(f"{a} {why} (seed {', '.join(map(str, per.index[per.isna()]))})"
                                  for a, per in zip(claim_algorithms(claim), used) if per.isna().any())
+            at_horizon = _not_reached_at_horizon(runs, claim, cell, used)
             pairing = claim.get("pairing", "paired") if "better" in claim else "one-sample"
             comparison = (f"{claim['better']} − {claim['than']}" if "better" in claim
                           else f"{claim['algorithm']} ≥ {claim['at_least']:g}")
@@ -399,7 +409,8 @@ def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, p
                 "model": cell[2], "metric": metric, "comparison": comparison, "paper_margin": paper_margin,
                 **{k: result[k] for k in ("difference", "low", "high", "n", "per_seed", "detectable", "pending")},
                 "seeds_run": result["used"], "look": f"{result['look'] + 1} of {len(design.looks)}",
-                "seeds_left_out": result["used"] - result["n"], "diverged": diverged, "delta": design.delta,
+                "seeds_left_out": result["used"] - result["n"], "diverged": diverged, "at_horizon": at_horizon,
+                "delta": design.delta,
                 "statistic": f"{pairing} t, {100 * design.confidence:.4g} %", "verdict": result["verdict"],
             })
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
@@ -407,7 +418,24 @@ def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, p
 
 CLAIM_COLUMNS = ["claim", "paper", "setting", "source", "experiment", "dataset", "partition", "model", "metric",
                  "comparison", "paper_margin", "difference", "low", "high", "n", "per_seed", "detectable", "pending",
-                 "seeds_run", "look", "seeds_left_out", "diverged", "delta", "statistic", "verdict"]
+                 "seeds_run", "look", "seeds_left_out", "diverged", "at_horizon", "delta", "statistic", "verdict"]
+
+
+def _not_reached_at_horizon(runs: pd.DataFrame, claim: dict, cell: tuple, used: list[pd.Series]) -> str:
+    """Of a time-to-target claim read at the horizon: which of its runs never reached the target and
+    were counted at their last evaluated round (``''``: none, or not such a claim)."""
+    column = metric_column(claim)
+    if column + REACHED not in runs:
+        return ""
+    d, p, m = cell
+    notes = []
+    for algorithm, per in zip(claim_algorithms(claim), used):
+        rows = runs[(runs["experiment"] == claim["experiment"]) & (runs["dataset"] == d) & (runs["partition"] == p)
+                    & (runs["model"] == m) & (runs["algorithm"] == algorithm)].set_index("seed")
+        seeds = [s for s in per.index[per.notna()] if not bool(rows.loc[s, column + REACHED])]
+        if seeds:
+            notes.append(f"{algorithm} did not reach the target (seed {', '.join(map(str, seeds))}: counted at its last round)")
+    return "; ".join(notes)
 
 
 # ---- output -----------------------------------------------------------------------------
@@ -535,7 +563,9 @@ def _runs_with_global(config: dict, metrics_paths: Iterable[str | Path]) -> pd.D
         if wants_global:
             runs.loc[key, "global_accuracy"] = protocol_global_accuracy(path, metrics["protocol"])
         for column, claim in targets.items():
-            runs.loc[key, column] = run_time_to_target(path, claim.get("target"), claim.get("target_fraction"))[claim["metric"]]
+            at_horizon = claim.get("not_reached", "horizon") == "horizon"
+            measured = run_time_to_target(path, claim.get("target"), claim.get("target_fraction"), at_horizon)
+            runs.loc[key, column], runs.loc[key, column + REACHED] = measured[claim["metric"]], measured["reached"]
     return runs.reset_index()
 
 
@@ -631,12 +661,13 @@ def reading(row: pd.Series) -> str:
     """One line: what the verdict says next to the paper's margin (and which runs diverged, left out)."""
     if row["verdict"] == "not yet measured":
         return f"`{row['command']}`"
-    diverged = row.get("diverged")
+    diverged, at_horizon = row.get("diverged"), row.get("at_horizon")
+    horizon = f"; {at_horizon}" if isinstance(at_horizon, str) and at_horizon else ""
     if isinstance(diverged, str) and diverged:
         if row["n"] == 0:
             return f"no seed to compare: {diverged}"
-        return f"{_reading(row)}; left out: {diverged}"
-    return _reading(row)
+        return f"{_reading(row)}; left out: {diverged}{horizon}"
+    return _reading(row) + horizon
 
 
 def _reading(row: pd.Series) -> str:

@@ -15,6 +15,12 @@ every round is evaluated).  Where the first evaluated round already reaches the 
 ``r_0`` and its bytes (nothing earlier to interpolate from).  A run that never reaches the target
 (or diverged) gives NaN: "not reached".  The first crossing counts even if accuracy later falls
 back below the target.
+
+At the horizon (``at_horizon``, what the claims read by default): a run that never reaches the target
+counts its last evaluated round ``T`` and the bytes sent by then, so a claim compares the *restricted*
+time to target ``min(tau, T)`` -- the survival-analysis restricted mean, whose mean over seeds is an
+unbiased estimate of ``E[min(tau, T)]`` -- instead of dropping the seed: a method that never gets there
+within the run is not left out of the comparison it loses.  A diverged run stays NaN.
 """
 
 from __future__ import annotations
@@ -80,23 +86,35 @@ def target_threshold(history: pd.DataFrame, protocol: str, target: float | None 
 
 
 def time_to_target(history: pd.DataFrame, protocol: str, num_clients: int, target: float | None = None,
-                   fraction: float | None = None) -> dict[str, float]:
-    """One run's ``rounds_to_target``, ``mb_to_target`` and ``client_mb_to_target`` (NaN: not reached)."""
+                   fraction: float | None = None, at_horizon: bool = False) -> dict[str, float]:
+    """One run's ``rounds_to_target``, ``mb_to_target`` and ``client_mb_to_target`` and whether it
+    ``reached`` the target (not reached: NaN, or with ``at_horizon`` its last evaluated round and the
+    bytes sent by then, the module's restricted time)."""
+    nothing = {**dict.fromkeys(TARGET_METRICS, math.nan), "reached": False}
     tau = target_threshold(history, protocol, target, fraction)
     if "round" not in history or math.isnan(tau) or PROTOCOLS[protocol].accuracy not in history:
-        return dict.fromkeys(TARGET_METRICS, math.nan)
-    rounds, sent = reach(history["round"], history[PROTOCOLS[protocol].accuracy], cumulative_bytes(history), tau)
-    return {"rounds_to_target": rounds, "mb_to_target": sent / MEGABYTE,
-            "client_mb_to_target": sent / MEGABYTE / num_clients}
+        return nothing
+    accuracy, sent = history[PROTOCOLS[protocol].accuracy], cumulative_bytes(history)
+    rounds, sent_then = reach(history["round"], accuracy, sent, tau)
+    reached = not math.isnan(rounds)
+    if not reached and at_horizon:
+        evaluated = history[accuracy.notna()]
+        if evaluated.empty:
+            return nothing
+        last = evaluated["round"].idxmax()
+        rounds, sent_then = float(history.loc[last, "round"]), float(sent[last])
+    return {"rounds_to_target": rounds, "mb_to_target": sent_then / MEGABYTE,
+            "client_mb_to_target": sent_then / MEGABYTE / num_clients, "reached": reached}
 
 
-def run_time_to_target(metrics_path: str | Path, target: float | None = None, fraction: float | None = None) -> dict:
+def run_time_to_target(metrics_path: str | Path, target: float | None = None, fraction: float | None = None,
+                       at_horizon: bool = False) -> dict:
     """:func:`time_to_target` of the run whose ``metrics.json`` is ``metrics_path`` (a diverged run: NaN)."""
     metrics = json.loads(Path(metrics_path).read_text())
     if metrics.get("status") == "diverged":
-        return dict.fromkeys(TARGET_METRICS, math.nan)
+        return {**dict.fromkeys(TARGET_METRICS, math.nan), "reached": False}
     history = pd.read_csv(Path(metrics_path).with_name("history.csv"))
-    return time_to_target(history, metrics["protocol"], metrics["num_clients"], target, fraction)
+    return time_to_target(history, metrics["protocol"], metrics["num_clients"], target, fraction, at_horizon)
 
 
 def target_label(target: float | None = None, fraction: float | None = None) -> str:

@@ -15,7 +15,7 @@ import yaml
 from fedbench.config import ConfigError
 from fedbench.plan import validate_config
 from fedbench.results.claims import (
-    FAILS, HOLDS, INCONCLUSIVE, ClaimError, compare, evaluate_claims, threshold, write_claims,
+    FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, ClaimError, compare, evaluate_claims, threshold, write_claims,
 )
 from fedbench.results.published import load_published
 
@@ -101,7 +101,7 @@ def test_diverged_runs_are_left_out_and_named():
     assert (some["n"][0], some["difference"][0], some["diverged"][0]) == (2, pytest.approx(35.0), "b diverged (seed 1)")
     assert reading({**some.iloc[0], "verdict": some["verdict"][0]}).endswith("; left out: b diverged (seed 1)")
     none = evaluate_claims(config, hand_runs({"a": [0.9, 0.8, 0.85], "b": [float("nan")] * 3}), load_published())
-    assert none["n"][0] == 0 and none["verdict"][0] == INCONCLUSIVE
+    assert none["n"][0] == 0 and none["verdict"][0] == NOT_COMPARABLE
     assert reading(none.iloc[0]) == "no seed to compare: b diverged (seed 0, 1, 2)"
 
 

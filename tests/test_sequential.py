@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from fedbench.results.sequential import (
-    EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, Design, decide, detectable, sequential_verdicts, t_interval,
+    EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, Design, decide, detectable, sequential_verdicts, t_interval,
 )
 
 LOOKS = (3, 5, 7, 10)
@@ -104,6 +104,16 @@ def test_a_diverged_seed_is_left_out_of_its_look():
     assert result["n"][0] == 2 and result["mean"][0] == pytest.approx(2.0)
     # sd sqrt(2), se 1, t(0.975, 1) = 12.706
     assert result["high"][0] == pytest.approx(2 + 12.7062, abs=1e-3)
+
+
+def test_a_look_with_no_number_is_not_comparable_and_draws_no_more_seeds():
+    """Every pilot seed diverged (NaN): no interval, and more seeds cannot narrow one -- the claim closes
+    at the pilot, not comparable, not pending; one seed with a number keeps it open (inconclusive)."""
+    result = sequential_verdicts([[np.nan] * 3, [np.nan, 1.0, np.nan]], Design(LOOKS, 0.05))
+    assert (result["verdict"][0], result["look"][0], result["n"][0], result["pending"][0]) == (NOT_COMPARABLE, 0, 0, False)
+    assert (result["verdict"][1], result["pending"][1]) == (INCONCLUSIVE, True)
+    later = sequential_verdicts([[np.nan] * 3 + [1.0, 2.0]], Design(LOOKS, 0.05))  # later seeds are never read
+    assert (later["verdict"][0], later["look"][0]) == (NOT_COMPARABLE, 0)
 
 
 def test_the_detectable_effect_by_hand():

@@ -48,7 +48,8 @@ from fedbench.results.convergence import TARGET_METRICS, run_time_to_target, tar
 from fedbench.results.papers import PAPERS as PAPER_NAMES
 from fedbench.results.papers import experiment_paper
 from fedbench.results.published import load_published
-from fedbench.results.sequential import EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, Design, decide, sequential_verdicts
+from fedbench.results.sequential import (EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, Design, decide,
+                                        sequential_verdicts)
 from fedbench.results.tables import CELL_COLUMNS, PERCENT_METRICS, load_metrics
 from fedbench.validation import load_yaml_strict
 
@@ -523,7 +524,8 @@ VERDICT_LEGEND = (
     "design's per-look confidence, paired over the same partition and seed unless stated]; accuracy in %.  "
     "Verdict: holds (interval above 0, or at/above the threshold), does not hold (below), equivalent (inside "
     "±delta, the smallest difference that matters, and straddling 0), inconclusive (none of these: *detectable* is "
-    "the smallest difference its seeds would have found with 80 % power).  *seeds*: the seeds the verdict read and "
+    "the smallest difference its seeds would have found with 80 % power), not comparable (no seed gave a number "
+    "to compare: a method's runs diverged on every seed of the look; more seeds are not drawn).  *seeds*: the seeds the verdict read and "
     "the look (fedbench.results.sequential: with L looks each interval is at 1 − 2α/L, so a wrong directional "
     "verdict has probability at most α over all looks).  *tuned*: the same claim after every method was tuned on "
     "validation rows with the same budget (fedbench.tuning), re-run on seeds tuning never used.")
@@ -732,15 +734,17 @@ def write_report(config_paths: Iterable[str | Path], out: str | Path, published:
 
 def main(argv: list[str]) -> None:
     """``python -m fedbench.results.claims [--update] CONFIG... [--out reports/claims.md] [--note TEXT]``."""
-    options = {"--out": "reports/claims.md", "--note": ""}
-    for option in options:
-        if option in argv:
-            i = argv.index(option)
-            options[option], argv = argv[i + 1], argv[:i] + argv[i + 2:]
-    update = "--update" in argv
-    argv = [arg for arg in argv if arg != "--update"]
-    table = write_report(argv, options["--out"], load_published(), options["--note"], update=update)
-    print(table[["claim", "verdict", "seeds"]].to_string())
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m fedbench.results.claims",
+                                     description="Write reports/claims.md from the runs on disk of the configs' claims.")
+    parser.add_argument("configs", nargs="+", metavar="CONFIG", help="experiment config files with a claims: section")
+    parser.add_argument("--update", action="store_true", help="rewrite only the sections of the papers these configs test")
+    parser.add_argument("--out", default="reports/claims.md", help="the report (default: %(default)s)")
+    parser.add_argument("--note", default="", help="a paragraph under each written section's heading")
+    args = parser.parse_args(argv)
+    table = write_report(args.configs, args.out, load_published(), args.note, update=args.update)
+    print(table[["claim", "setting", "verdict", "seeds"]].to_string())
 
 
 __all__ = ["ClaimError", "check_claims", "claim_cells", "compare", "threshold", "verdict", "evaluated_claims",

@@ -12,7 +12,12 @@ verdicts (:func:`decide`):
 * **inconclusive** -- none of these; reported with the smallest effect the seeds run could have
   detected (:func:`detectable`).
 
-The first look that decides ends the claim; a later look is never consulted.
+A look with no number at all (every seed's run diverged, NaN) has no interval and nothing more seeds
+could narrow: the claim is **not comparable** at that look and closes (its reading names the runs),
+rather than staying "inconclusive", which means under-powered, and drawing seeds up to the cap.
+
+The first look that decides (or finds the claim not comparable) ends the claim; a later look is never
+consulted.
 
 Error rate.  With ``L`` looks and error rate ``alpha``, every look uses the two-sided
 ``1 - 2 alpha / L`` Student-t interval (Bonferroni over the looks).  Each directional verdict is a
@@ -35,8 +40,11 @@ import numpy as np
 from scipy import stats
 
 HOLDS, FAILS, EQUIVALENT, INCONCLUSIVE = "holds", "does not hold", "equivalent", "inconclusive"
-VERDICTS = (HOLDS, FAILS, EQUIVALENT, INCONCLUSIVE)
+NOT_COMPARABLE = "not comparable"
+VERDICTS = (HOLDS, FAILS, EQUIVALENT, INCONCLUSIVE, NOT_COMPARABLE)
 DECIDED = (HOLDS, FAILS, EQUIVALENT)
+CLOSED = (*DECIDED, NOT_COMPARABLE)
+"""Verdicts that end a claim's looks: a decision, or nothing to compare."""
 POWER = 0.8  # the power at which an inconclusive claim's detectable effect is stated
 
 
@@ -126,6 +134,7 @@ def sequential_verdicts(values, design: Design, reference: float = 0.0, threshol
             break
         interval = t_interval(values[:, :seeds], design.confidence)
         verdict = decide(interval["low"], interval["high"], math.inf if threshold else delta, reference, threshold)
+        verdict = np.where(interval["n"] == 0, NOT_COMPARABLE, verdict)
         take = open_
         out["verdict"][take] = np.atleast_1d(verdict)[take]
         out["look"][take] = k
@@ -133,9 +142,9 @@ def sequential_verdicts(values, design: Design, reference: float = 0.0, threshol
         for key in ("mean", "low", "high"):
             out[key][take] = interval[key][take]
         out["detectable"][take] = detectable(interval["se"], interval["df"], design.per_look_alpha)[take]
-        open_ = open_ & ~np.isin(np.atleast_1d(verdict), DECIDED)
+        open_ = open_ & ~np.isin(np.atleast_1d(verdict), CLOSED)
     return out
 
 
-__all__ = ["Design", "HOLDS", "FAILS", "EQUIVALENT", "INCONCLUSIVE", "VERDICTS", "DECIDED", "decide", "t_interval",
-           "detectable", "sequential_verdicts"]
+__all__ = ["Design", "HOLDS", "FAILS", "EQUIVALENT", "INCONCLUSIVE", "NOT_COMPARABLE", "VERDICTS", "DECIDED", "CLOSED",
+           "decide", "t_interval", "detectable", "sequential_verdicts"]

@@ -102,6 +102,9 @@ def test_diverged_runs_are_left_out_and_named():
     assert reading({**some.iloc[0], "verdict": some["verdict"][0]}).endswith("; left out: b diverged (seed 1)")
     none = evaluate_claims(config, hand_runs({"a": [0.9, 0.8, 0.85], "b": [float("nan")] * 3}), load_published())
     assert none["n"][0] == 0 and none["verdict"][0] == NOT_COMPARABLE
+    unpaired = evaluate_claims(claims_config({"better": "a", "than": "b", "pairing": "unpaired"}),
+                               hand_runs({"a": [0.9, 0.8, 0.85], "b": [float("nan")] * 3}), load_published())
+    assert unpaired["verdict"][0] == NOT_COMPARABLE
     assert reading(none.iloc[0]) == "no seed to compare: b diverged (seed 0, 1, 2)"
 
 

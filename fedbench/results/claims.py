@@ -296,13 +296,14 @@ def compare(better: pd.Series, than: pd.Series, pairing: str = "paired", confide
         raise ClaimError(f"pairing must be 'paired' or 'unpaired', got {pairing!r}")
     a, b = better.dropna().to_numpy(float), than.dropna().to_numpy(float)
     difference = a.mean() - b.mean() if len(a) and len(b) else math.nan
+    out = {"difference": difference, "low": math.nan, "high": math.nan, "n": min(len(a), len(b)),
+           "per_seed": f"{_per_seed_text(better.dropna().index, a)} vs {_per_seed_text(than.dropna().index, b)}"}
     if min(len(a), len(b)) < 2:
-        return {"difference": difference, "low": math.nan, "high": math.nan, "n": min(len(a), len(b))}
+        return out
     if np.ptp(a) == 0 and np.ptp(b) == 0:
-        return {"difference": difference, "low": difference, "high": difference, "n": min(len(a), len(b))}
+        return {**out, "low": difference, "high": difference}
     ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
-    return {"difference": float(difference), "low": float(ci.low), "high": float(ci.high), "n": min(len(a), len(b)),
-            "per_seed": f"{_per_seed_text(better.dropna().index, a)} vs {_per_seed_text(than.dropna().index, b)}"}
+    return {**out, "difference": float(difference), "low": float(ci.low), "high": float(ci.high)}
 
 
 def threshold(values: pd.Series, at_least: float) -> dict:
@@ -368,8 +369,8 @@ def _decide_unpaired(better: pd.Series, than: pd.Series, design: Design) -> dict
         if used > available:
             return {**result, "pending": True}
         result = compare(better.iloc[:used], than.iloc[:used], "unpaired", design.confidence)
-        result.update(verdict=decide(result["low"], result["high"], design.delta), look=look, used=used,
-                      detectable=math.nan, pending=available < design.looks[0])
+        verdict = NOT_COMPARABLE if result["n"] == 0 else decide(result["low"], result["high"], design.delta)
+        result.update(verdict=verdict, look=look, used=used, detectable=math.nan, pending=available < design.looks[0])
         if result["verdict"] != INCONCLUSIVE:
             break
     return result

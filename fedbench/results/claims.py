@@ -426,15 +426,13 @@ CLAIM_COLUMNS = ["claim", "paper", "setting", "source", "experiment", "dataset",
 def _not_reached_at_horizon(runs: pd.DataFrame, claim: dict, cell: tuple, used: list[pd.Series]) -> str:
     """Of a time-to-target claim read at the horizon: which of its runs never reached the target and
     were counted at their last evaluated round (``''``: none, or not such a claim)."""
-    column = metric_column(claim)
-    if column + REACHED not in runs:
+    column = metric_column(claim) + REACHED
+    if column not in runs:
         return ""
-    d, p, m = cell
     notes = []
     for algorithm, per in zip(claim_algorithms(claim), used):
-        rows = runs[(runs["experiment"] == claim["experiment"]) & (runs["dataset"] == d) & (runs["partition"] == p)
-                    & (runs["model"] == m) & (runs["algorithm"] == algorithm)].set_index("seed")
-        seeds = [s for s in per.index[per.notna()] if not bool(rows.loc[s, column + REACHED])]
+        reached = _per_seed(runs, claim["experiment"], cell, algorithm, column, list(per.index), [], column)
+        seeds = [s for s in per.index[per.notna()] if not reached[s]]
         if seeds:
             notes.append(f"{algorithm} did not reach the target (seed {', '.join(map(str, seeds))}: counted at its last round)")
     return "; ".join(notes)

@@ -1,16 +1,18 @@
-"""Time one FeMAM cell of the femam_offline analogue on two checkouts, interleaved, and report medians.
+"""Time one FeMAM cell of the femam_offline analogue on this checkout and baselines, interleaved, and report medians.
 
 The cell (``config/experiments/femam_offline.yaml``: Fashion-MNIST, ``fmnist_ml2.3.5``, 30 clients,
 small_cnn, FeMAM's 5 levels added at rounds 15/20/25/30/35, 40 rounds of 1 epoch at batch 32, every
 round evaluated) runs through ``fedbench.pipeline`` (partition, prepare, train_round, evaluate: what
 the workflow's ``train`` job runs, without writing results) once per repeat on this checkout and on
-``--baseline`` (another checkout's root, e.g. ``git archive <commit> | tar -x -C /tmp/base``), A and
-B alternating, each in a fresh process with one thread.  Reported per checkout: the medians of the
-cell's wall time, of its CPU time (user + system of the process: steadier on a shared machine), of
-the training and evaluation parts, and the ratios baseline / this.  ``--rounds`` shortens the
-schedule (the level rounds scale with it: a level every ``rounds/8`` rounds after ``3 rounds/8``).
+each ``--baseline`` (another checkout's root, e.g. ``git archive <commit> | tar -x -C /tmp/base``;
+repeatable), alternating, each in a fresh process with one thread.  Reported per checkout: the
+medians of the cell's wall time, of its CPU time (user + system of the process: steadier on a shared
+machine), of the training and evaluation parts, and the ratios baseline / this.  ``--rounds``
+shortens the schedule (the level rounds scale with it: a level every ``rounds/8`` rounds after
+``3 rounds/8``).
 
     python benchmarks/femam_cell.py --baseline /tmp/base --repeats 3
+    python benchmarks/femam_cell.py --baseline /tmp/main --baseline /tmp/deb7334   # speedup per baseline
     python benchmarks/femam_cell.py --run            # one cell on this checkout (what each repeat runs)
 """
 
@@ -68,7 +70,8 @@ def run_cell(rounds: int, algorithm: str, data_root: str, workdir: Path) -> dict
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--baseline", type=Path, help="root of the checkout to compare with (its fedbench/ is imported)")
+    p.add_argument("--baseline", type=Path, action="append", default=[],
+                   help="root of a checkout to compare with (its fedbench/ is imported); repeatable")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--algorithm", default="femam", help="femam_offline's FeMAM entry (femam, femam_code)")
@@ -80,8 +83,8 @@ def main() -> None:
         print(json.dumps(run_cell(args.rounds, args.algorithm, args.data_root, args.workdir)))
         return
     checkouts = {"this": ROOT}
-    if args.baseline:
-        checkouts["baseline"] = args.baseline.resolve()
+    for root in args.baseline:  # "baseline", or each by its folder's name where several
+        checkouts["baseline" if len(args.baseline) == 1 else root.name] = root.resolve()
     results: dict[str, list[dict]] = {name: [] for name in checkouts}
     for r in range(args.repeats):
         for name, root in checkouts.items():  # interleaved: this, baseline, this, baseline, ...
@@ -97,8 +100,11 @@ def main() -> None:
     med = {name: {k: round(statistics.median(x[k] for x in rows), 2) for k in keys} for name, rows in results.items()}
     summary = {"benchmark": "femam_cell", "rounds": args.rounds, "algorithm": args.algorithm, "repeats": args.repeats,
                "medians": med}
-    if "baseline" in med:
-        summary["speedup"] = {k: round(med["baseline"][k] / med["this"][k], 2) for k in keys}
+    ratios = {name: {k: round(med[name][k] / med["this"][k], 2) for k in keys} for name in med if name != "this"}
+    if len(ratios) == 1:
+        summary["speedup"] = ratios["baseline"]
+    elif ratios:
+        summary["speedup"] = ratios
     print(json.dumps(summary))
 
 

@@ -10,6 +10,7 @@ from sklearn.metrics import confusion_matrix, f1_score
 from torch import nn
 
 import fedbench.engine.evaluate as evaluate_module
+import fedbench.engine.wide_model as wide_module
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.evaluate import (
     cross_entropy_per_row,
@@ -107,18 +108,18 @@ def test_evaluation_stays_within_its_memory_budget(monkeypatch):
     everything = 6 * (2 * weights + 40 * row)
     budget = everything / 2.5
     passes = []
-    real_forward = evaluate_module.wide_forward
+    real_forward = wide_module.wide_forward
 
     def recording_forward(wide, w, x, clients):
         passes.append((clients, x.shape[0]))
         return real_forward(wide, w, x, clients)
 
-    monkeypatch.setattr(evaluate_module, "wide_forward", recording_forward)
+    monkeypatch.setattr(wide_module, "wide_forward", recording_forward)
     budgeted = evaluate_clients(model, stacked, data, data.test, torch.arange(6), memory_mb=budget / 2**20)
     assert len(passes) > 1
     for clients, rows in passes:
         assert clients * (2 * weights + rows * row) <= budget
-    monkeypatch.setattr(evaluate_module, "wide_forward", real_forward)
+    monkeypatch.setattr(wide_module, "wide_forward", real_forward)
     free = evaluate_clients(model, stacked, data, data.test, torch.arange(6), memory_mb=10 * everything / 2**20)
     np.testing.assert_array_equal(budgeted.correct, free.correct)
     np.testing.assert_allclose(budgeted.loss, free.loss, rtol=1e-5)

@@ -1,6 +1,8 @@
 """FeMAM's additive model on the wide step (issue 39): it folds, and while a level trains on frozen
 ones the step reads the frozen levels' logits from a table computed once per round
-(fedbench.engine.frozen_levels).  Its updates equal the vmap path's up to float rounding.
+(fedbench.engine.frozen_levels).  Its updates equal the vmap path's up to float rounding.  Its
+evaluation keeps each level's logits while the level is unchanged (LevelLogits): the same scores
+as running every level.
 
 Tolerance: both paths compute the same float32 operations in the same order except that
 convolutions and matrix products are grouped differently (one grouped convolution for all clients
@@ -20,9 +22,11 @@ from torch import nn
 
 import fedbench.algorithms.femam as femam_module
 from fedbench.engine.batches import make_batch_plan
+from fedbench.engine.evaluate import Scores, evaluate_clients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
-from fedbench.engine.frozen_levels import FrozenLevels, WeightsIdentity
+from fedbench.engine.frozen_levels import FrozenLevels, LevelLogits, WeightsIdentity
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.memory import evaluation_bytes_per_row
 from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
@@ -201,3 +205,124 @@ def test_the_table_is_reused_while_the_frozen_levels_are_the_same_tensors():
     assert key != WeightsIdentity(copies)  # changed in place
     trainer.train(start, clients, plan, HP)
     assert table.reused == 1 and table.key is None  # no key: computed every call
+
+
+def layer_norm() -> nn.Module:
+    """A model that does not fold (LayerNorm): evaluation runs it through vmap."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 12), nn.LayerNorm(12), nn.ReLU(), nn.Linear(12, CLASSES))
+
+
+def assert_same_scores(got: Scores, want: Scores):
+    np.testing.assert_array_equal(got.samples, want.samples)
+    np.testing.assert_array_equal(got.correct, want.correct)
+    np.testing.assert_allclose(got.loss_sum, want.loss_sum, rtol=TOL["rtol"])
+    np.testing.assert_allclose(got.macro_f1, want.macro_f1, rtol=TOL["rtol"])
+
+
+def scores(template, levels, combine, weights, data, index, clients, cache=None, **kw) -> Scores:
+    """``weights`` scored by an additive model of ``template``; with ``cache``: level by level."""
+    module = AdditiveLevels(template(), levels, combine)
+    module.level_logits = cache
+    return evaluate_clients(module, weights, data, index, clients, **kw)
+
+
+@pytest.mark.parametrize("combine", ["sum", "mean"])
+@pytest.mark.parametrize("template", [conv_bn, layer_norm], ids=["folds", "vmap"])
+def test_evaluation_level_by_level_scores_as_the_additive_model(combine, template):
+    """Three levels, a different active mask per client, clients of 300 (two blocks of rows under
+    the budget), 21, 10, 16 and 5 rows, groups of one and of two clients: the level-by-level
+    evaluation, computing its tables and then reading them, scores as the additive model's forward
+    (here bit for bit: the same operations in the same order; compared within TOL)."""
+    counts = [300, 21, 10, 16, 5]
+    data = images(counts)
+    module = AdditiveLevels(template(), 3, combine)
+    weights = start_weights(module, len(counts), ACTIVE)
+    clients = torch.arange(len(counts))
+    weight_bytes = sum(v[0].numel() * v.element_size() for v in weights.values())
+    two_blocks = (2 * weight_bytes + 256 * evaluation_bytes_per_row(module, SHAPE)) / 2**20
+    for kw in ({}, {"memory_mb": two_blocks}, {"chunk_size": 2}):
+        want = scores(template, 3, combine, weights, data, data.test, clients, **kw)
+        cache = LevelLogits()
+        for reused in (0, 3):
+            got = scores(template, 3, combine, weights, data, data.test, clients, cache, **kw)
+            assert (cache.computed, cache.reused) == (3, reused)
+            assert_same_scores(got, want)
+
+
+def test_the_levels_logits_are_kept_while_the_level_is_the_same_tensors():
+    """One cache through what FeMAM does to its levels: the same weights again, another active
+    mask (Eq. 9 without the newest level) read every level; a new newest level, a frozen level
+    changed in place, another split and other clients recompute what changed; a fourth level added
+    on the same three reads them.  Every evaluation scores as the one that runs every level."""
+    data = images(COUNTS)
+    other = images(COUNTS)  # other tensors, the same values
+    module = AdditiveLevels(conv_bn(), 3)
+    weights = start_weights(module, len(COUNTS), ACTIVE)
+    everyone = torch.arange(len(COUNTS))
+    cache = LevelLogits()
+
+    def check(levels, w, computed, reused, data=data, clients=everyone):
+        want = scores(conv_bn, levels, "sum", w, data, data.test, clients)
+        got = scores(conv_bn, levels, "sum", w, data, data.test, clients, cache)
+        assert (cache.computed, cache.reused) == (computed, reused)
+        assert_same_scores(got, want)
+        return got
+
+    first = check(3, weights, 3, 0)
+    check(3, weights, 3, 3)
+    without = weights["active"].clone()
+    without[:, 2] = 0
+    check(3, {**weights, "active": without}, 3, 6)  # Eq. 9: only a_l differs
+    newest = {**weights, **{k: v + 0.1 if v.is_floating_point() else v.clone()
+                            for k, v in weights.items() if k.startswith("levels.2.")}}
+    check(3, newest, 4, 8)  # the newest level trained: the frozen two read
+    newest["levels.0.0.weight"].add_(0.1)
+    changed = check(3, newest, 5, 10)  # level 1 changed in place
+    assert not np.allclose(changed.loss_sum, first.loss_sum)
+    check(3, newest, 8, 10, data=other)  # another split
+    check(3, newest, 11, 10, clients=everyone.flip(0))  # other clients (the weights' rows in their order)
+    check(3, newest, 14, 10)  # back: each level's kept table is the last one computed
+    level4 = start_weights(AdditiveLevels(conv_bn(), 4), len(COUNTS), torch.ones(len(COUNTS), 4))
+    added = {**newest, **{k: v for k, v in level4.items() if k.startswith("levels.3.")},
+             "active": torch.cat([ACTIVE, torch.ones(len(COUNTS), 1)], 1)}
+    check(4, added, 15, 13)  # level 4 added: the first three read
+
+
+def test_a_femam_run_scores_as_with_every_level_evaluated(monkeypatch):
+    """Six FeMAM rounds (as above: a level added at rounds 2 and 3, client 1 dropping level 2 by
+    Eq. 9), each scored as the pipeline scores it (test, validation and training rows): with the
+    levels' logits kept, the same validation trace, decisions and scores as a run whose evaluation
+    runs every level (up to float rounding); the pipeline's validation pass reads every level."""
+    from conftest import make_federation
+    from test_femam import data_with_val
+
+    from fedbench.pipeline import score_round
+
+    def run(keep):
+        if not keep:
+            monkeypatch.setattr(femam_module, "LevelLogits", lambda: None)
+        torch.manual_seed(0)
+        template = nn.Sequential(nn.Flatten(), nn.Linear(5, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+        fed = make_federation(data_with_val(), template, LocalSGD(epochs=2, batch_size=10, lr=0.1), seed=0)
+        alg = femam_module.femam(structure=["global", "cluster", "personal"], num_clusters=2, init_rounds=2,
+                                 window=1, threshold=1e9, epsilon=1e-3)
+        state = alg.init(fed, model_weights(fed.model))
+        history = []
+        for t in range(1, 7):
+            state, loss = alg.round(fed, state, t)
+            history.append(score_round(fed, alg, state, t, float(loss.mean()))[0])
+        return alg, state, history
+
+    alg, fast, fast_history = run(True)
+    cache = next(iter(alg._level_logits.values()))
+    assert cache.computed > 0 and cache.reused > cache.computed
+    _, slow, slow_history = run(False)
+    assert np.array_equal(fast["kept"], slow["kept"]) and not fast["kept"][1, 1]
+    assert all(np.array_equal(a, b) for a, b in zip(fast["groups"], slow["groups"]))
+    np.testing.assert_allclose(np.array([r[2:] for r in fast["trace"]]), np.array([r[2:] for r in slow["trace"]]),
+                               rtol=TOL["rtol"])
+    for got, want in zip(fast_history, slow_history):
+        assert got.keys() == want.keys()
+        np.testing.assert_allclose([got[k] for k in want], [want[k] for k in want], rtol=TOL["rtol"], atol=TOL["atol"],
+                                   err_msg=str(want["round"]))

@@ -60,7 +60,7 @@ from fedbench.algorithms.femam_rules import (
 )
 from fedbench.algorithms.partial import train_module, trainer_for
 from fedbench.engine.evaluate import evaluate_clients
-from fedbench.engine.frozen_levels import WeightsIdentity
+from fedbench.engine.frozen_levels import LevelLogits, WeightsIdentity
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 from fedbench.models.additive import COMBINE, AdditiveLevels, additive_weights, level_key
@@ -98,6 +98,7 @@ class FeMAM(Algorithm):
     pruned_level: str = "leaves"
     final_training: str = "holders"
     _modules: dict = field(default_factory=dict, compare=False, repr=False)
+    _level_logits: dict = field(default_factory=dict, compare=False, repr=False)  # per federation's data
 
     # its additive levels (AdditiveLevels) do not fold into the wide step, so they train through vmap
     ignored_training = {"channels_last": "FeMAM's local training reads its frozen levels' logits from a table whose step "
@@ -123,10 +124,13 @@ class FeMAM(Algorithm):
     # ---- modules ---------------------------------------------------------------------------
 
     def _module(self, fed: Federation, n_levels: int):
-        """The additive model with ``n_levels`` levels (newest trainable) and its trainer, built once."""
+        """The additive model with ``n_levels`` levels (newest trainable) and its trainer, built once;
+        the models of one federation share the levels' logits kept by evaluation (a frozen level's
+        stay valid when the next level is added)."""
         key = (id(fed.data), n_levels)
         if key not in self._modules:
             module = AdditiveLevels(fed.model, n_levels, self.combine).to(fed.device)
+            module.level_logits = self._level_logits.setdefault(id(fed.data), LevelLogits())
             self._modules[key] = (module, trainer_for(fed, module))
         return self._modules[key]
 

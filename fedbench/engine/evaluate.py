@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call
 
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.memory import budget_bytes, clients_per_pass, evaluation_bytes_per_row
 from fedbench.engine.weights import Weights, is_shared
-from fedbench.engine.wide_model import wide_forward, wide_input, wide_twin, wide_weights
+from fedbench.engine.wide_model import group_forward
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,9 @@ def evaluate_clients(
     ``vmap`` for models that do not fold) over blocks of rows.  Groups (at most ``chunk_size``
     clients; convolutional models on the CPU: one) and blocks are sized so that a pass stays
     within the memory budget (:mod:`fedbench.engine.memory`): the group's weights plus its
-    block's activations.
+    block's activations.  An additive model with ``level_logits`` (FeMAM) runs level by level and
+    reads the levels unchanged since they were last evaluated on these rows
+    (:class:`~fedbench.engine.frozen_levels.LevelLogits`).
     """
     n, num_classes = len(clients), data.num_classes
     counts_all = index.counts[clients]
@@ -144,7 +146,9 @@ def evaluate_clients(
         # grouping clients only shrinks its tiles (measured: benchmarks/README.md, evaluation)
         chunk_size = 1
     max_clients = clients_per_pass(2 * weight_bytes + typical_rows * row_bytes, budget, chunk_size or n, "evaluation")
-    forward = _group_forward(model, data)
+    levels = getattr(model, "level_logits", None)  # an additive model evaluated level by level (FeMAM)
+    levels = levels.begin(model, stacked, data, index, clients) if levels is not None else None
+    forward = group_forward(model, data.x) if levels is None else None
     samples = counts_all.cpu().numpy()
     correct = np.zeros(n, dtype=np.int64)
     loss_sum = np.zeros(n)
@@ -159,7 +163,8 @@ def evaluate_clients(
         preds, losses = [], []
         y = data.y[rows]
         for start in range(0, width, block):
-            logits = forward(weights, rows[:, start : start + block])
+            part = rows[:, start : start + block]
+            logits = forward(weights, part) if levels is None else levels.logits(weights, part, g, start)
             losses.append(cross_entropy_per_row(logits, y[:, start : start + block]))
             preds.append(logits.argmax(-1))
         pred, loss = torch.cat(preds, 1), torch.cat(losses, 1)
@@ -168,6 +173,8 @@ def evaluate_clients(
         loss_sum[group.numpy()] = (loss * valid).sum(1).double().cpu().numpy()
         cell = (torch.arange(len(g), device=rows.device)[:, None] * num_classes + y) * num_classes + pred
         confusion[g] = torch.bincount(cell[valid], minlength=len(g) * num_classes**2).view(len(g), num_classes, num_classes)
+    if levels is not None:
+        levels.keep()
     return Scores(samples, correct, loss_sum, macro_f1_from_confusion(confusion))
 
 
@@ -201,17 +208,6 @@ def _evaluate_shared_model(model, single: Weights, data: FederatedData, index: C
 
 def _has_conv(model: nn.Module) -> bool:
     return any(isinstance(m, nn.Conv2d) for m in model.modules())
-
-
-def _group_forward(model: nn.Module, data: FederatedData):
-    """``forward(weights, rows)``: logits ``[g, r, classes]`` of g stacked models, model j on the
-    global rows ``rows[j]`` -- through the wide twin (in eval mode) where the model folds."""
-    wide = wide_twin(model, data.input_shape)
-    if wide is None:
-        batched = vmap(lambda w, x: functional_call(model, w, (x,)))
-        return lambda weights, rows: batched(weights, data.x[rows])
-    wide.eval()
-    return lambda weights, rows: wide_forward(wide, wide_weights(weights), wide_input(data.x, rows), rows.shape[0])
 
 
 @_in_eval_mode

@@ -1,4 +1,4 @@
-"""FeMAM's additive model on the wide step, its frozen levels' outputs computed once per round.
+"""FeMAM's additive model on the wide step and in evaluation, its frozen levels' outputs computed once.
 
 While level n of an :class:`~fedbench.models.additive.AdditiveLevels` trains, levels 1..n-1 are
 frozen and held in eval mode (BatchNorm on running statistics, dropout off): for a given sample
@@ -24,6 +24,15 @@ The table is indexed by the data's global row, so it needs the chunk's clients t
 rows (every fedbench partition deals each sample to one client); where two clients share a row,
 :meth:`FrozenLevels.prepare` returns False and the trainer runs every level in every step (the
 wide twin of the whole additive model).
+
+Evaluation (:class:`LevelLogits`, held by the model as ``level_logits``; FeMAM's models of 1..L
+levels share one) keeps the logits per level: each level's logits of the rows evaluated -- a split
+(validation, test or training rows) of given clients -- are kept while that level's weights are the
+same tensors (:class:`WeightsIdentity`), and the prediction is summed from them by the additive
+forward's own operations in its order (:func:`~fedbench.models.additive.sum_levels`).  A round's
+evaluation then runs the newest level only, once per row (FeMAM validates twice a round, itself and
+the pipeline: the second pass runs no level, nor does Eq. 9's without the newest level); a frozen
+level runs once per row after it was last changed.
 """
 
 from __future__ import annotations
@@ -34,11 +43,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.engine.federated_data import FederatedData
+from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.memory import budget_bytes, evaluation_bytes_per_row
 from fedbench.engine.step_args import Minibatch, StepState, sgd_update
-from fedbench.engine.wide_model import count_batches, training_counters, wide_forward, wide_input, wide_twin, wide_weights
-from fedbench.models.additive import AdditiveLevels, level_key
+from fedbench.engine.wide_model import (
+    count_batches, group_forward, training_counters, wide_forward, wide_input, wide_twin, wide_weights,
+)
+from fedbench.models.additive import AdditiveLevels, level_key, level_weights, sum_levels
 
 
 class WeightsIdentity:
@@ -110,8 +121,7 @@ class FrozenLevels:
             self.cached_rows = 0
             return False
         self.table = torch.zeros(data.x.shape[0], data.num_classes, device=data.x.device)
-        frozen = [{name[len(level_key(l, "")):]: v for name, v in weights.items() if name.startswith(level_key(l, ""))}
-                  for l in range(self.levels - 1)]
+        frozen = [level_weights(weights, l) for l in range(self.levels - 1)]
         self.frozen_wide.eval()
         k = len(clients)
         group = 1 if self.one_client_at_a_time else k
@@ -155,3 +165,60 @@ class FrozenLevels:
         count_batches(buffers, training_counters(self.level_wide))
         state.loss_sum.add_(loss.detach())
         sgd_update(state, [g.view_as(p) for g, p in zip(grads, params.values())], hp)
+
+
+class LevelLogits:
+    """Each level's logits of the rows last evaluated, per split (the :class:`ClientIndex`) and
+    level, kept while the split, the clients and the level's weights are the same (module doc);
+    :func:`~fedbench.engine.evaluate.evaluate_clients` runs an additive model whose ``level_logits``
+    is one through :meth:`begin`."""
+
+    def __init__(self):
+        self.kept: dict[tuple[int, int], tuple] = {}  # (id(split), level) -> (split key, clients, level key, logits)
+        self.computed = 0  # level tables computed (tests, benchmarks)
+        self.reused = 0  # level tables read from ``kept``
+
+    def begin(self, model: AdditiveLevels, stacked: dict[str, torch.Tensor], data: FederatedData, index: ClientIndex,
+              clients: torch.Tensor) -> LevelPass:
+        """One evaluation of ``model`` with the stacked ``stacked`` of ``clients`` on their rows of ``index``."""
+        split = WeightsIdentity([{"x": data.x, "index": index.index, "counts": index.counts}])
+        width = max(int(index.counts[clients].max()) if len(clients) else 0, 1)
+        tables, run, fresh = [], [], {}  # run[l]: level l is computed; fresh: what will be kept of it
+        for l in range(len(model.levels)):
+            key = WeightsIdentity([level_weights(stacked, l)])
+            kept = self.kept.get((id(index), l))
+            hit = kept is not None and kept[0] == split and kept[2] == key and torch.equal(kept[1], clients)
+            tables.append(kept[3] if hit else torch.empty(len(clients), width, data.num_classes, device=data.x.device))
+            run.append(not hit)
+            if not hit:
+                fresh[(id(index), l)] = (split, clients.clone(), key, tables[-1])
+        return LevelPass(self, group_forward(model.levels[0], data.x), model.combine, tables, run, fresh)
+
+
+class LevelPass:
+    """:meth:`LevelLogits.begin`'s evaluation: the model's logits block by block (:meth:`logits`),
+    the levels' tables kept once every block has run (:meth:`keep`)."""
+
+    def __init__(self, owner: LevelLogits, forward, combine: str, tables: list[torch.Tensor], run: list[bool],
+                 fresh: dict):
+        self.owner, self.forward, self.combine = owner, forward, combine
+        self.tables, self.run, self.fresh = tables, run, fresh
+
+    def logits(self, weights: dict[str, torch.Tensor], rows: torch.Tensor, group: torch.Tensor, start: int
+               ) -> torch.Tensor:
+        """Logits ``[g, r, classes]`` of the clients at positions ``group`` (their stacked
+        ``weights``) on ``rows``, columns ``start..start+r`` of their rows of the split."""
+        outputs = []
+        for l, (table, run) in enumerate(zip(self.tables, self.run)):
+            if run:
+                y = self.forward(level_weights(weights, l), rows)
+                table[group, start : start + rows.shape[1]] = y
+            else:
+                y = table[group, start : start + rows.shape[1]]
+            outputs.append(y.transpose(0, 1))  # [r, g, classes], as the additive forward's
+        return sum_levels(outputs, weights["active"], self.combine).transpose(0, 1)
+
+    def keep(self) -> None:
+        self.owner.kept.update(self.fresh)
+        self.owner.computed += len(self.fresh)
+        self.owner.reused += len(self.tables) - len(self.fresh)

@@ -31,7 +31,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
 from fedbench.engine.weights import Weights
 
@@ -171,6 +171,18 @@ def wide_forward(wide: nn.Module, weights: Weights, x: torch.Tensor, clients: in
     """Logits ``[k, B, classes]`` of the k clients' models (``weights`` from :func:`wide_weights`)
     on the wide input ``x`` ``[B, k*C, ...]``."""
     return functional_call(wide, weights, (x,)).reshape(x.shape[0], clients, -1).transpose(0, 1)
+
+
+def group_forward(model: nn.Module, x_all: torch.Tensor):
+    """``forward(weights, rows)``: logits ``[g, r, classes]`` of g stacked models (in inference),
+    model j on the samples ``rows[j]`` of ``x_all`` -- through the wide twin (in eval mode) where
+    the model folds, else ``vmap``."""
+    wide = wide_twin(model, tuple(x_all.shape[1:]))
+    if wide is None:
+        batched = vmap(lambda w, x: functional_call(model, w, (x,)))
+        return lambda weights, rows: batched(weights, x_all[rows])
+    wide.eval()
+    return lambda weights, rows: wide_forward(wide, wide_weights(weights), wide_input(x_all, rows), rows.shape[0])
 
 
 def _folds_exactly(model: nn.Module, wide: nn.Module, input_shape: tuple[int, ...], clients: int = 2) -> bool:

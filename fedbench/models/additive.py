@@ -13,6 +13,10 @@ The forward reads ``active`` as ``[clients, levels]`` rows -- one row for one cl
 under ``vmap``), k rows in the *wide* model of :mod:`fedbench.engine.wide_model`, where every
 level's output ``[B, k*C]`` holds the k clients' logits side by side -- so the model folds
 (``wide_buffers``): each client's active levels are a per-client mask on the summed output.
+
+``level_logits`` (None, or a :class:`~fedbench.engine.frozen_levels.LevelLogits` that FeMAM shares
+between its models of 1..L levels): where set, evaluation runs the model level by level and keeps
+each level's logits of the evaluated rows while the level's weights are the same tensors.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ COMBINE = ("sum", "mean")
 
 class AdditiveLevels(nn.Module):
     wide_buffers = ("active",)  # read per client by forward: widen may fold the model
+    level_logits = None  # where evaluation keeps the levels' logits (module doc)
 
     def __init__(self, template: nn.Module, n_levels: int, combine: str = "sum", trainable: bool = True):
         super().__init__()
@@ -59,17 +64,29 @@ def combine_levels(outputs: list[torch.Tensor], active: torch.Tensor, combine: s
     ``active`` ``[k * levels]`` or ``[k, levels]`` (row j: client j's a_l)."""
     a = active.reshape(-1, len(outputs))  # [k, levels]
     batch = outputs[0].shape[0]
+    return sum_levels([y.view(batch, a.shape[0], -1) for y in outputs], a, combine).reshape(batch, -1)
+
+
+def sum_levels(outputs: list[torch.Tensor], a: torch.Tensor, combine: str) -> torch.Tensor:
+    """:func:`combine_levels` on ``outputs[l]`` ``[..., k, C]`` (client j's logits at j on the
+    second-last axis) with ``a`` ``[k, levels]``."""
     out = 0
     for l, y in enumerate(outputs):
-        out = out + y.view(batch, a.shape[0], -1) * a[:, l, None]
+        out = out + y * a[:, l, None]
     if combine == "mean":
         out = out / a.sum(1).clamp_min(1.0)[:, None]
-    return out.reshape(batch, -1)
+    return out
 
 
 def level_key(level: int, name: str) -> str:
     """The state-dict key of template entry ``name`` inside level ``level`` (0-based)."""
     return f"levels.{level}.{name}"
+
+
+def level_weights(weights: dict[str, torch.Tensor], level: int) -> dict[str, torch.Tensor]:
+    """Level ``level``'s entries of an additive model's (stacked) weights, named as in the template."""
+    prefix = level_key(level, "")
+    return {name[len(prefix):]: v for name, v in weights.items() if name.startswith(prefix)}
 
 
 def additive_weights(levels: list[dict[str, torch.Tensor]], active: torch.Tensor) -> dict[str, torch.Tensor]:

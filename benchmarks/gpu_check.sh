@@ -35,6 +35,8 @@
 #               240 s, reached 64 of 235 pairings, taken in collection order: the never-run ones
 #               come first), GRIDS_WORKERS (12) pytest-xdist workers -> grids.log, grids_reports.log (every outcome as
 #               it arrives, each failure's traceback); needs pytest-xdist and umap-learn
+# GPU_CHECK_FAMILIES (default all six) limits the matrix and compile parts to some families (ResNet-9 and
+# ResNet-20 always compile first); GPU_CHECK_MOREAU_MODELS (default "mlr dnn resnet9") the moreau part's models.
 #   bench       (not by default) the former check: `make bench-gpu` family by family, writing
 #               throughputs.yaml (config/throughputs.yaml with the measured `cuda` families)
 # Everything goes to OUTDIR/gpu_check.log too, and a summary (best setting per family, the targets
@@ -79,7 +81,7 @@ count() { if [[ -f "$2" ]]; then grep -c "$1" "$2"; else echo 0; fi; }
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); device $device, size $size, budget $budget s, parts:$parts"
 } 2>&1 | tee "$log"
 
-families="resnet9 resnet20 vgg16 fedavg_cnn leaf_cnn mlp"
+families=${GPU_CHECK_FAMILIES:-resnet9 resnet20 vgg16 fedavg_cnn leaf_cnn mlp}  # the matrix's and compile's families
 declare -A limit=([mlp]=30 [fedavg_cnn]=45 [leaf_cnn]=45 [resnet9]=60 [resnet20]=50 [vgg16]=50)
 matrix=(--size "$size" --device "$device" --csv "$out/matrix.csv")
 
@@ -114,6 +116,7 @@ if has moreau; then
   fi
   for entry in "${entries[@]}"; do
     IFS=: read -r model seconds flags <<< "$entry"
+    [[ " ${GPU_CHECK_MOREAU_MODELS:-mlr dnn resnet9} " == *" $model "* ]] || continue
     step "moreau $model" "$seconds" bash -c "\"\$0\" benchmarks/moreau_round.py --device \"\$1\" --model \"\$2\" \$3 2>&1 | tee -a \"\$4\"; exit \${PIPESTATUS[0]}" \
       "$python" "$device" "$model" "$flags" "$out/moreau.log"
   done
@@ -165,6 +168,7 @@ if has compile; then
   step "compile resnet20" 120 "$python" benchmarks/numerics_matrix.py --family resnet20 "${matrix[@]}" \
     --settings bf16+cl+compile,fp32+compile,bf16+compile,fp32+cl+compile --warmup 3 --budget-s $(( 80 * scale ))
   for family in vgg16 fedavg_cnn leaf_cnn mlp; do
+    [[ " $families " == *" $family "* ]] || continue
     step "compile $family" 90 "$python" benchmarks/numerics_matrix.py --family "$family" "${matrix[@]}" \
       --settings bf16+cl+compile,fp32+compile,bf16+compile,fp32+cl+compile --warmup 3 --budget-s $(( 50 * scale ))
   done

@@ -10,6 +10,8 @@
 #     bash benchmarks/gpu_check.sh OUT .venv/bin/python                 # the moreau part's dry run on the CPU
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_SCALE=6 GPU_CHECK_BUDGET=3000 CONCURRENT_K=2 \
 #     GPU_CHECK="matrix algorithms concurrent grids" bash benchmarks/gpu_check.sh OUT   # a dry run on the CPU
+#   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_BUDGET=60 GRIDS_WORKERS=1 GPU_CHECK=grids \
+#     bash benchmarks/gpu_check.sh OUT .venv/bin/python                 # the grids part's selection on the CPU
 #
 # Parts (GPU_CHECK, default "matrix algorithms concurrent compile tests grids"), in this order:
 #   matrix      every family (benchmarks/throughputs.py's: mlp, fedavg_cnn, leaf_cnn, resnet9, resnet20,
@@ -31,12 +33,30 @@
 #               tests/test_moreau_fast_path.py: the engine against the reference loop, bf16 / channels_last /
 #               tf32 with CUDA graphs, the Moreau family's rounds with CUDA graphs against eager) -> pytest.log
 #   grids       the rest of the budget: the slow test that trains every paper-grid pairing for two
-#               rounds, on the GPU, in reverse collection order (the earlier session, cut off at
-#               240 s, reached 64 of 235 pairings, taken in collection order: the never-run ones
-#               come first), GRIDS_WORKERS (12) pytest-xdist workers -> grids.log, grids_reports.log (every outcome as
-#               it arrives, each failure's traceback); needs pytest-xdist and umap-learn
+#               rounds, on the GPU, in reverse collection order (the H100 session of 2026-11-26, cut
+#               off at 240 s, reached 64 of 235 pairings in collection order; the H200 session of
+#               2026-11-27, 101 of 236 in reverse order), GRIDS_WORKERS (12) pytest-xdist workers
+#               -> grids_order.txt (every pairing collected), grids_run.txt (those handed to pytest),
+#               grids.log, grids_reports.log (every outcome as it arrives, each failure's traceback).
+#               Left out, each kind with one logged line: the pairings listed as passed on a GPU in
+#               benchmarks/gpu_runs/grids_passed.txt (GRIDS_RERUN_PASSED=1 keeps them, last), so
+#               that a session reaches new ones first (add a session's passes with
+#                 awk '/^PASSED call /{print $4}' OUT/grids_reports.log >> benchmarks/gpu_runs/grids_passed.txt
+#               and sort -u), and, where "$python" cannot import umap, FLT's encoder pairings (those
+#               whose algorithm names an encoder: FLT's relatedness step runs UMAP; on the H200 all 40
+#               that ran failed so, after 8-60 s each).  Needs pytest-xdist, and umap-learn for FLT.
+#               umap-learn and pynndescent (pure Python, the two the lent machines' image lacks; numba, llvmlite, joblib,
+#               scikit-learn, scipy and tqdm are there) travel as wheels (/work/.library/device/README.md,
+#               Notes): here, once, in the repository's root (/.whl/ is git-ignored)
+#                 python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#                   --implementation cp -d .whl umap-learn==0.5.12 pynndescent==0.7.0
+#               then the device call carries .whl and starts with
+#                 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#                   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit;
 #   bench       (not by default) the former check: `make bench-gpu` family by family, writing
 #               throughputs.yaml (config/throughputs.yaml with the measured `cuda` families)
+# GPU_CHECK_FAMILIES (default all six) limits the matrix and compile parts to some families (ResNet-9 and
+# ResNet-20 always compile first); GPU_CHECK_MOREAU_MODELS (default "mlr dnn resnet9") the moreau part's models.
 # Everything goes to OUTDIR/gpu_check.log too, and a summary (best setting per family, the targets
 # ResNet-9 >= 10 and ResNet-20 >= 8 TFLOP/s) ends it.  Needs torch with CUDA, numpy, pandas,
 # scikit-learn, PyYAML and pytest.
@@ -71,6 +91,8 @@ step() {
   say "$name: exit $rc$( ((rc == 124)) && echo " (stopped at its $limit s limit)"), $(( $(date +%s) - t0 )) s"
 }
 has() { [[ "$parts" == *" $1 "* ]]; }
+# umap-learn importable by $python? (the grids part starts the check alongside its collection)
+umap_importable() { if [[ -n ${umap_check:-} ]]; then wait "$umap_check"; else timeout 120 "$python" -c "import umap" >/dev/null 2>&1; fi; }
 count() { if [[ -f "$2" ]]; then grep -c "$1" "$2"; else echo 0; fi; }
 
 {
@@ -79,7 +101,7 @@ count() { if [[ -f "$2" ]]; then grep -c "$1" "$2"; else echo 0; fi; }
   echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); device $device, size $size, budget $budget s, parts:$parts"
 } 2>&1 | tee "$log"
 
-families="resnet9 resnet20 vgg16 fedavg_cnn leaf_cnn mlp"
+families=${GPU_CHECK_FAMILIES:-resnet9 resnet20 vgg16 fedavg_cnn leaf_cnn mlp}  # the matrix's and compile's families
 declare -A limit=([mlp]=30 [fedavg_cnn]=45 [leaf_cnn]=45 [resnet9]=60 [resnet20]=50 [vgg16]=50)
 matrix=(--size "$size" --device "$device" --csv "$out/matrix.csv")
 
@@ -114,6 +136,7 @@ if has moreau; then
   fi
   for entry in "${entries[@]}"; do
     IFS=: read -r model seconds flags <<< "$entry"
+    [[ " ${GPU_CHECK_MOREAU_MODELS:-mlr dnn resnet9} " == *" $model "* ]] || continue
     step "moreau $model" "$seconds" bash -c "\"\$0\" benchmarks/moreau_round.py --device \"\$1\" --model \"\$2\" \$3 2>&1 | tee -a \"\$4\"; exit \${PIPESTATUS[0]}" \
       "$python" "$device" "$model" "$flags" "$out/moreau.log"
   done
@@ -165,6 +188,7 @@ if has compile; then
   step "compile resnet20" 120 "$python" benchmarks/numerics_matrix.py --family resnet20 "${matrix[@]}" \
     --settings bf16+cl+compile,fp32+compile,bf16+compile,fp32+cl+compile --warmup 3 --budget-s $(( 80 * scale ))
   for family in vgg16 fedavg_cnn leaf_cnn mlp; do
+    [[ " $families " == *" $family "* ]] || continue
     step "compile $family" 90 "$python" benchmarks/numerics_matrix.py --family "$family" "${matrix[@]}" \
       --settings bf16+cl+compile,fp32+compile,bf16+compile,fp32+cl+compile --warmup 3 --budget-s $(( 50 * scale ))
   done
@@ -177,17 +201,55 @@ fi
 if has grids; then
   rest=$(( $(left) - 5 ))
   if (( rest > 30 )); then
+    timeout 120 "$python" -c "import umap" >/dev/null 2>&1 &  # umap-learn importable? (alongside the collection)
+    umap_check=$!
     FEDBENCH_TEST_DEVICE=$device timeout "$rest" "$python" -m pytest -q -p no:cacheprovider --collect-only -m slow \
       tests/test_paper_grids_train.py 2>/dev/null | grep '::' | tac >"$out/grids_order.txt"
     rest=$(( $(left) - 5 ))  # what the collection left
   fi
   if (( rest > 20 )) && [[ -s "$out/grids_order.txt" ]]; then
-    say "grids: $(wc -l <"$out/grids_order.txt") pairings, reverse collection order, $rest s"
-    FEDBENCH_TEST_DEVICE=$device FEDBENCH_REPORT_LOG="$out/grids_reports.log" PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" \
-      timeout "$rest" "$python" -m pytest -q -p no:cacheprovider -p report_as_you_go -m slow -n "${GRIDS_WORKERS:-12}" \
-      --tb=short "@$out/grids_order.txt" >"$out/grids.log" 2>&1
-    rc=$?
-    say "grids: exit $rc$( ((rc == 124)) && echo ' (stopped at the budget)'); $(count '^PASSED' "$out/grids_reports.log") passed, $(count '^FAILED' "$out/grids_reports.log") failed"
+    order="$out/grids_order.txt" run="$out/grids_run.txt"
+    passed=benchmarks/gpu_runs/grids_passed.txt
+    if [[ -s $passed ]]; then
+      grep -vxF -f "$passed" "$order" >"$run"
+      skipped=$(( $(wc -l <"$order") - $(wc -l <"$run") ))
+      if [[ ${GRIDS_RERUN_PASSED:-0} == 1 ]]; then
+        grep -xF -f "$passed" "$order" >>"$run"
+        say "grids: the $skipped pairings that passed on a GPU before ($passed) go last"
+      else
+        say "grids: $skipped pairings left out, passed on a GPU before ($passed; GRIDS_RERUN_PASSED=1 keeps them)"
+      fi
+    else
+      cp "$order" "$run"
+    fi
+    if ! umap_importable; then
+      # FLT's encoder pairings reach UMAP (fedbench/clustering/fcr.py) only after fine-tuning: each would fail late
+      timeout 120 "$python" - >"$out/grids_umap.txt" <<'EOF'
+import sys
+sys.path.insert(0, "tests")
+from test_paper_grids_train import PAIRINGS
+print("\n".join(f"[{key}]" for key, p in PAIRINGS.items() if "encoder" in p["algorithm"]))
+EOF
+      if [[ -s "$out/grids_umap.txt" ]]; then
+        before=$(wc -l <"$run")
+        grep -vF -f "$out/grids_umap.txt" "$run" >"$run.tmp"
+        mv "$run.tmp" "$run"
+        say "grids: $(( before - $(wc -l <"$run") )) FLT encoder pairings left out: $python cannot import umap (umap-learn; wheels: this script's header)"
+      else
+        say "grids: $python cannot import umap, and listing FLT's encoder pairings failed: none left out"
+      fi
+    fi
+    rest=$(( $(left) - 5 ))
+    if (( rest > 20 )) && [[ -s "$run" ]]; then
+      say "grids: $(wc -l <"$run") of $(wc -l <"$order") pairings, reverse collection order, $rest s"
+      FEDBENCH_TEST_DEVICE=$device FEDBENCH_REPORT_LOG="$out/grids_reports.log" PYTHONPATH="$PWD/benchmarks:$PYTHONPATH" \
+        timeout "$rest" "$python" -m pytest -q -p no:cacheprovider -p report_as_you_go -m slow -n "${GRIDS_WORKERS:-12}" \
+        --tb=short "@$run" >"$out/grids.log" 2>&1
+      rc=$?
+      say "grids: exit $rc$( ((rc == 124)) && echo ' (stopped at the budget)'); $(count '^PASSED' "$out/grids_reports.log") passed, $(count '^FAILED' "$out/grids_reports.log") failed"
+    else
+      say "grids: $(wc -l <"$run") of $(wc -l <"$order") pairings left, not started: $rest s left"
+    fi
   else
     say "grids: not started, $rest s left"
   fi

@@ -46,12 +46,15 @@ def linear_data(clients: int, batch: int, features: int, classes: int, seed: int
     return FederatedData(x, y, index, index, classes)
 
 
-def one_round(model, data, numerics, hp, start, trainer=VectorisedTrainer, seed=1):
-    """One round of every client from ``start``, under the run's flags (PyTorch's defaults unless ``tf32``)."""
+def one_round(model, data, numerics, hp, start, trainer=VectorisedTrainer, seed=1, fp32_convolutions=False):
+    """One round of every client from ``start``, under the run's flags (PyTorch's defaults unless ``tf32``).
+    ``fp32_convolutions``: cuDNN's convolutions in FP32 too (the defaults let them run in TF32 on CUDA)."""
     device = data.x.device
     plan = make_batch_plan(data.train.counts, hp.epochs, hp.batch_size, torch.Generator().manual_seed(seed))
     clients = torch.arange(data.num_clients, device=device)
     with (numerics or Numerics()).backends():
+        if fp32_convolutions:
+            torch.backends.cudnn.allow_tf32 = False  # backends() restores the flag on exit
         return trainer(model.to(device), data, numerics=numerics).train(
             {k: v.clone().to(device) for k, v in start.items()}, clients, plan, hp)
 
@@ -68,8 +71,12 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
 @pytest.mark.parametrize("setting", ["bf16", "bf16+cl", "fp32+cl", "tf32"])
 def test_cuda_settings_with_cuda_graphs_stay_near_fp32(conv_case, setting):
     """On the GPU, 6 epochs so that the recurring step shapes run as CUDA graphs: bf16 (with and
-    without channels_last) within the CPU check's loose bound of FP32 (TF32 too: 11 bits, looser
-    than FP32, tighter than bf16), channels_last in FP32 within FP32 rounding of the steps taken."""
+    without channels_last) within the CPU check's loose bound of FP32, TF32 too (11 bits, looser
+    than FP32, tighter than bf16), and so is fp32+cl here: under PyTorch's default flags, which
+    ``fp32`` keeps, cuDNN may run either layout's convolutions in TF32, so the two layouts need not
+    agree closer than TF32 does (apart/moved 0.0157 on an H200, 2026-11-27).  That channels_last
+    itself costs no more than FP32 rounding is checked with TF32 off, against a measured reference:
+    :func:`test_channels_last_in_fp32_within_a_measured_rounding_reference`."""
     from numerics_matrix import parse_setting  # noqa: PLC0415 - benchmarks/ is on the path below
 
     model, data, start, hp = conv_case
@@ -81,8 +88,66 @@ def test_cuda_settings_with_cuda_graphs_stay_near_fp32(conv_case, setting):
     params = [n for n, _ in model.named_parameters()]
     moved = torch.cat([(w32[n] - start[n].cuda()).flatten() for n in params]).norm()
     apart = torch.cat([(got[n] - w32[n]).flatten() for n in params]).norm()
-    assert apart < (1e-3 if setting == "fp32+cl" else 0.2) * moved, float(apart / moved)
+    assert apart < 0.2 * moved, float(apart / moved)
     assert torch.allclose(loss, loss32, rtol=0.02)
+
+
+def nudged(start: dict, params: list[str], seed: int) -> dict:
+    """``start`` with every parameter moved one FP32 ulp up or down, at random (torch.nextafter):
+    the smallest change of a start FP32 can represent.  Buffers as they are."""
+    gen = torch.Generator().manual_seed(seed)
+    out = dict(start)
+    for name in params:
+        v = start[name]
+        up = torch.randint(0, 2, v.shape, generator=gen).bool().to(v.device)
+        out[name] = torch.nextafter(v, torch.where(up, torch.inf, -torch.inf).to(v.dtype))
+    return out
+
+
+LAYOUT_FACTOR = 10  # channels_last's FP32 divergence may be this many times the measured rounding reference
+NUDGES = 3  # reference draws (their largest counts)
+
+
+def fp32_layout_divergence(model, data, start, hp, nudges: int = NUDGES) -> dict:
+    """Distances after one round (weights only, buffers left out) from the contiguous FP32 run, all
+    in FP32 with TF32 off (``fp32_convolutions``): of the channels_last run (``apart``), of
+    contiguous runs from ``nudges`` starts one ulp away (``reference``: the largest), and of the
+    start (``moved``); ``floor`` = 2^-23 ||w||, one ulp of every weight."""
+    params = [n for n, _ in model.named_parameters()]
+    run = partial(one_round, model, data, hp=hp, fp32_convolutions=True)
+    w32, _ = run(Numerics(), start=start)
+
+    def dist(w):
+        return float(torch.cat([(w[n] - w32[n]).flatten() for n in params]).norm())
+
+    wcl, _ = run(Numerics(channels_last=True), start=start)
+    return {"apart": dist(wcl),
+            "reference": max(dist(run(Numerics(), start=nudged(start, params, seed))[0]) for seed in range(nudges)),
+            "moved": dist({n: start[n].to(w32[n].device) for n in params}),
+            "floor": 2.0**-23 * float(torch.cat([w32[n].flatten() for n in params]).norm())}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_channels_last_in_fp32_within_a_measured_rounding_reference(conv_case, device):
+    """channels_last runs other kernels (NHWC convolutions and BatchNorm, other summation orders),
+    so after 6 epochs (18 momentum-SGD steps through BatchNorm, as the CUDA settings test; on CUDA
+    the recurring steps replayed as CUDA graphs) its weights differ from the contiguous run's by
+    FP32 rounding as this training amplifies it.  How much it amplifies is not derived but measured
+    in the same test: the same FP32 run from a start moved by one ulp per parameter (the smallest
+    rounding-sized change, :func:`nudged`), the largest of 3 draws, is the reference.  A change of
+    layout rounds again at every step where the nudge rounds once, so it may exceed the reference;
+    it may not exceed 10 times it (plus a floor of one ulp of every weight, for a training that
+    would damp the nudge away).  TF32 is off for all of these runs: under PyTorch's default flags
+    cuDNN may run convolutions in TF32 (10-bit mantissa), whose rounding is 2^12 times FP32's and
+    would be checked against the wrong reference.  Measured on the CPU (2-core EPYC, torch 2.14):
+    channels_last 6.1e-7 apart, reference 1.0e-6, floor 8.6e-7, against 1.85 moved; a start moved
+    by TF32's rounding instead (2^-11 relative) ends 0.079 apart, far outside the bound."""
+    model, data, start, hp = conv_case
+    model = copy.deepcopy(model)
+    hp = LocalSGD(epochs=6, batch_size=hp.batch_size, lr=hp.lr, momentum=hp.momentum)
+    got = fp32_layout_divergence(model, on(data, device), start, hp)
+    assert 0 < got["reference"] < 1e-4 * got["moved"], got  # the nudge really moved the end point, by rounding's order
+    assert got["apart"] <= LAYOUT_FACTOR * got["reference"] + got["floor"], got
 
 
 def test_one_bf16_sgd_step_of_a_linear_model_is_within_the_derived_bound():

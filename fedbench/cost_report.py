@@ -5,6 +5,8 @@
     make cost CONFIG=config/experiments/femam.yaml
     python -m fedbench.cost_report --check results/fedmr_claims      # predicted vs measured, finished runs
     make cost CHECK=results/fedmr_claims
+    python -m fedbench.cost_report --fit results/fedmr_claims --fit results/pfedmt [--write]   # fit the CPU overheads
+    make cost-fit FIT="results/fedmr_claims results/pfedmt" [WRITE=1]
 
 Each file is one config (as ``snakemake --configfile F --replace-workflow-config`` runs it): its cells,
 its tuning trials and tuned runs, and the most seeds the claims' looks may add.  The
@@ -30,6 +32,14 @@ samples the CPU time (every 30 s after its first 17 s) and records the last samp
 job's CPU are missing, most of it for a job of a minute; :func:`cpu_seconds` extrapolates the
 sample to the job's end at the job's CPU share until then (a job that ended within a second after a
 sample was due has no CPU time: the sample may or may not have been taken).
+
+``--fit ROOT`` (repeatable) fits the device's overhead constants (``job_overhead_s``,
+``step_overhead_s``, ``round_overhead_s``, ``eval_overhead_s``; ``--terms`` picks some) to those
+runs' CPU time by non-negative least squares on the relative error (:mod:`fedbench.cost_fit`), prints
+them beside the file's with the median |predicted / CPU time - 1| before and after over all runs,
+per root, experiment, algorithm and family, and, with several roots, each root held out (fitted to
+the others, checked on it); ``--write`` sets them in ``config/throughputs.yaml`` (the lines replaced
+in place, the rest of the file as it was).
 """
 
 from __future__ import annotations
@@ -42,8 +52,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from fedbench import cost_fit
 from fedbench.config import TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
-from fedbench.cost import cell_cost, device_kind, estimated_shape, summary_shape, throughputs
+from fedbench.cost import OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs
 from fedbench.plugins import load_plugins
 from fedbench.results.claims import claim_algorithms, claim_cells, design_seeds, evaluated_claims
 from fedbench.tuning import trial_config, tune_block, tuned_experiments
@@ -222,8 +233,9 @@ def run_shape(root: Path, metrics: dict, spec: dict):
 
 def check_runs(root: str | Path, table: dict | None = None) -> tuple[list[dict], list[str]]:
     """(one row per finished run under ``root``: ``run``, ``algorithm``, ``family``, ``device``,
-    ``predicted``, ``measured``, ``source``, ``cpu_share``, ``ratio``, ``calibrated``, ``estimated``;
-    what was skipped and why)."""
+    ``predicted``, ``measured``, ``source``, ``cpu_share``, ``cpu_s`` (:func:`cpu_seconds`), ``ratio``,
+    ``calibrated``, ``estimated``, ``root``, ``experiment``, and for a fit (:mod:`fedbench.cost_fit`)
+    ``flop_seconds`` and the overheads' ``counts``; what was skipped and why)."""
     root = Path(root)
     table = table or throughputs()
     rows, skipped = [], []
@@ -245,7 +257,9 @@ def check_runs(root: str | Path, table: dict | None = None) -> tuple[list[dict],
         seconds, source, share, cpu = measured_seconds(root, path.parent, metrics)
         rows.append({"run": run, "algorithm": spec["algorithm"]["method"], "family": cost.family, "device": device,
                      "predicted": cost.seconds, "measured": seconds, "source": source, "cpu_share": share, "cpu_s": cpu,
-                     "ratio": cost.seconds / seconds, "calibrated": cost.calibrated, "estimated": shape.estimated})
+                     "ratio": cost.seconds / seconds, "calibrated": cost.calibrated, "estimated": shape.estimated,
+                     "root": str(root), "experiment": metrics.get("cell", {}).get("experiment", "?"),
+                     "flop_seconds": cost.flop_seconds, "counts": cost.counts()})
     return rows, skipped
 
 
@@ -311,9 +325,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("configfiles", nargs="*", help="config files, each estimated on its own")
     parser.add_argument("--check", action="append", default=[], metavar="ROOT",
                         help="a results root: predicted vs measured seconds of its finished runs (repeatable)")
+    parser.add_argument("--fit", action="append", default=[], metavar="ROOT",
+                        help="a results root whose finished runs' CPU time the overhead constants are fitted to "
+                             "(repeatable; fedbench.cost_fit)")
+    parser.add_argument("--terms", default=",".join(cost_fit.SHORT),
+                        help="overheads to fit, of job, step, round, eval (default all; the others keep the file's values)")
+    parser.add_argument("--device", default="cpu", choices=DEVICES, help="the device whose runs and constants --fit takes")
+    parser.add_argument("--write", nargs="?", const=str(THROUGHPUTS), default=None, metavar="FILE",
+                        help=f"with --fit: write the fitted constants into FILE (default {THROUGHPUTS.name}), in place")
     args = parser.parse_args(argv)
-    if not args.configfiles and not args.check:
-        parser.error("name config files, or --check a results root")
+    if not args.configfiles and not args.check and not args.fit:
+        parser.error("name config files, --check a results root, or --fit one")
+    if args.write and not args.fit:
+        parser.error("--write writes what --fit fitted: name --fit ROOT")
     for path in args.configfiles:
         print(report(path))
     every = []
@@ -327,9 +351,23 @@ def main(argv: list[str] | None = None) -> int:
         if cpu_timed(every):
             print(f"median |predicted/CPU time - 1| over the {len(cpu_timed(every))} runs with a CPU time of the "
                   f"{len(args.check)} roots: {100 * median_error(every, 'cpu_s'):.1f} %")
-    print("* the device's assumed throughput (config/throughputs.yaml): no measured figure for that model family "
-          "there, or none at the cell's input size" + ("; ~ shape estimated from the dataset's facts (no partition summary)"
-                                                      if args.check else ""))
+    if args.fit:
+        table = throughputs()
+        terms = cost_fit.parse_terms(args.terms)
+        rows = [row for root in args.fit for row in check_runs(root, table)[0]]
+        fit = cost_fit.fit_overheads(rows, table, args.device, terms)
+        print(cost_fit.fit_report(rows, table, fit, args.device))
+        held_out = cost_fit.held_out_report(rows, table, args.device, terms)
+        if held_out:
+            print(held_out)
+        if args.write:
+            cost_fit.write_constants(args.write, args.device, fit.constants)
+            print(f"written to {args.write} under {args.device} (3 significant digits): "
+                  + ", ".join(f"{name} {fit.constants[name]:.3g}" for name in OVERHEADS))
+    if args.check or args.configfiles:
+        print("* the device's assumed throughput (config/throughputs.yaml): no measured figure for that model family "
+              "there, or none at the cell's input size" + ("; ~ shape estimated from the dataset's facts (no partition summary)"
+                                                          if args.check else ""))
     return 0
 
 

@@ -200,6 +200,16 @@ def test_throughput_by_family_and_input_size():
     assert cost.calibrated and cost.seconds == pytest.approx((cost.train_flops + cost.eval_flops) / 400.0)
 
 
+def test_lenet_is_a_family_of_its_own_measured_at_fashion_mnists_shape():
+    # FedMR's and FLT's CNNCifar (lenet_cifar, fedmr_cnn): the file's LeNet figure, measured at 1x28x28
+    # (FedMR's claims on Fashion-MNIST); CIFAR's 3x32x32 takes it uncalibrated
+    for arch in ("lenet_cifar", "fedmr_cnn"):
+        fashion = cell_cost({**spec(), "model": {"arch": arch}}, CellShape(10, 1000, 200, 150, (1, 28, 28), 10, 1200), "cpu")
+        assert fashion.family == "lenet" and fashion.calibrated
+        cifar = cell_cost({**spec(), "model": {"arch": arch}}, CellShape(10, 1000, 200, 150, (3, 32, 32), 10, 1200), "cpu")
+        assert cifar.family == "lenet" and not cifar.calibrated and "not 32x32" in cifar.throughput
+
+
 def test_auto_device_picks_the_cpu_where_the_model_says_the_gpu_loses():
     # a stub table: the GPU fast on FLOPs but slow per round (launches, bookkeeping): a tiny MLR cell of
     # 10 rounds costs 10 x 5 s on the GPU and a few FLOPs on the CPU; a big ResNet cell the opposite

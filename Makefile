@@ -3,6 +3,8 @@
 # make unlock        remove the lock a killed run left behind (docs/troubleshooting.md)
 # make cost          training jobs, CPU-hours and GPU-hours per experiment of CONFIG, before any job (fedbench/cost_report.py);
 #                    CHECK=<results root>: the estimate of every finished run there against its measured wall time
+# make cost-fit      fit the CPU's overhead constants (config/throughputs.yaml) to the finished runs' CPU time of
+#                    FIT="<results root> ..." and print them with the errors before/after; WRITE=1 writes them
 # make bench-gpu     engine benchmark of every model family at the papers' client counts on the GPU; refreshes
 #                    config/throughputs.yaml (bench-cpu: a few clients on the CPU; BENCH_ARGS="--size tiny" to try it)
 # make stale         list finished cells whose code changed since they ran (ALGORITHM=name: one algorithm)
@@ -27,7 +29,7 @@ CONFIG ?= config/config.yaml
 CONFIGS := config/config.yaml $(filter-out config/config.yaml,$(CONFIG))
 RUN_LOG := .snakemake/log/make_run.txt
 
-.PHONY: run test report unlock stale rerun-stale clean-results slurm-local mutation cost bench-gpu bench-cpu
+.PHONY: run test report unlock stale rerun-stale clean-results slurm-local mutation cost cost-fit bench-gpu bench-cpu
 
 # On failure, a lock left by a killed run gets a plain explanation instead of Snakemake's exception.
 run: $(STAMP)
@@ -48,6 +50,10 @@ unlock: $(STAMP)
 
 cost: $(STAMP)
 	$(BIN)/python -m fedbench.cost_report $(if $(CHECK),$(addprefix --check ,$(CHECK)),$(CONFIG))
+
+cost-fit: $(STAMP)
+	@test -n "$(FIT)" || { echo 'name the results roots: make cost-fit FIT="results/a results/b" [WRITE=1]'; exit 2; }
+	$(BIN)/python -m fedbench.cost_report $(addprefix --fit ,$(FIT)) $(if $(WRITE),--write)
 
 bench-gpu: $(STAMP)
 	$(BIN)/python benchmarks/throughputs.py --device cuda --size paper $(BENCH_ARGS)

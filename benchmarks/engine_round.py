@@ -18,8 +18,8 @@ Then, with ``--eval``, evaluation of every client's model on its own test sample
 ``evaluate_clients`` (all clients at once, in inference mode, within the memory budget) and a
 per-client loop (each model in eval mode over its test set in batches of 256).
 
-``--model``: mlp (784-200-10 on flattened 28x28), mlp_dropout (FLT's 784-200-10 with dropout 0.5), fedavg_cnn, leaf_cnn, fedmr_cnn (1x28x28 or
-3x32x32), resnet9 (3x32x32, ``--image-size 64`` for Tiny ImageNet's 64x64), resnet20, vgg16
+``--model``: mlp (784-200-10 on flattened 28x28), mlp_dropout (FLT's 784-200-10 with dropout 0.5), fedavg_cnn, leaf_cnn, lenet_cifar (1x28x28),
+fedmr_cnn (1x28x28 or 3x32x32), resnet9 (3x32x32, ``--image-size 64`` for Tiny ImageNet's 64x64), resnet20, vgg16
 (3x32x32).  ``--data fashion_mnist`` uses the real Fashion-MNIST images (1x28x28, the Debian
 package's files) instead of random N(0, 1) inputs.  Each timed round includes everything a round
 needs besides aggregation: (a)/(b) draw the batch plan and broadcast the global weights, (c)
@@ -106,6 +106,7 @@ INPUTS = {
     "fedavg_cnn": (1, 28),
     "leaf_cnn": (1, 28),
     "fedmr_cnn": (3, 32),
+    "lenet_cifar": (1, 28),  # the cost model's LeNet family: FedMR's CNNCifar on Fashion-MNIST (fedmr_claims)
     "small_cnn": (1, 28),
     "resnet9": (3, 32),
     "resnet20": (3, 32),

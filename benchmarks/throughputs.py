@@ -1,6 +1,6 @@
 """Measure the engine for every model family and refresh the cost model's throughputs.
 
-For each family (MLP, FedAvg CNN, LEAF CNN, ResNet-9, ResNet-20, VGG-16) this runs
+For each family (MLP, FedAvg CNN, LEAF CNN, LeNet, ResNet-9, ResNet-20, VGG-16) this runs
 ``benchmarks/engine_round.py`` (vectorised engine vs reference loop vs DataLoader loop, training
 and evaluation, interleaved, medians) at a size, converts the vectorised engine's times into
 FLOP/s with the model's FLOPs per sample (``fedbench.cost.model_cost``), and writes them under the
@@ -12,6 +12,7 @@ unless ``--output`` names a file).
 
     python benchmarks/throughputs.py --device cuda --size paper
     python benchmarks/throughputs.py --device cpu --size cpu --threads 2
+    python benchmarks/throughputs.py --device cpu --size cpu --threads 1 --families lenet --clock cpu --skip reference,dataloader
     python benchmarks/throughputs.py --device cpu --size tiny --families mlp --output /tmp/t.yaml
     python benchmarks/throughputs.py --device cuda --size paper --families resnet9 --image-size 64   # Tiny ImageNet
 
@@ -35,17 +36,19 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fedbench.cost import BENCHMARK_INPUTS, FLAT_FAMILIES, THROUGHPUTS, device_kind, model_cost  # noqa: E402
+from fedbench.cost import BENCHMARK_ARCHS, BENCHMARK_INPUTS, FLAT_FAMILIES, THROUGHPUTS, device_kind, model_cost  # noqa: E402
 
 # family -> (engine_round --model, input shape, classes); the cost model maps architectures to these
-FAMILIES = {family: (family, shape, 10) for family, shape in BENCHMARK_INPUTS.items()}
+FAMILIES = {family: (BENCHMARK_ARCHS.get(family, family), shape, 10) for family, shape in BENCHMARK_INPUTS.items()}
 # size -> family -> (clients, samples per client, batch, test samples per client, repeats, warm-up)
 SIZES = {
     # the papers' settings: FedAvg's 20 clients x 600 at batch 10 (MLP, CNNs), FeMAM's 50 x 900 at
-    # batch 32 (ResNet-9), FedMR's 10 sampled clients x 500 at batch 50 (ResNet-20, VGG-16)
+    # batch 32 (ResNet-9), FedMR's 10 sampled clients x 500 at batch 50 (ResNet-20, VGG-16, LeNet)
     "paper": {"mlp": (20, 600, 10, 100, 7, 2), "fedavg_cnn": (20, 600, 10, 100, 5, 2), "leaf_cnn": (20, 600, 10, 100, 5, 2),
+              "lenet": (10, 500, 50, 100, 3, 1),
               "resnet9": (50, 900, 32, 100, 3, 1), "resnet20": (10, 500, 50, 100, 3, 1), "vgg16": (10, 500, 50, 100, 3, 1)},
     "cpu": {"mlp": (20, 600, 10, 100, 3, 1), "fedavg_cnn": (4, 100, 10, 50, 3, 1), "leaf_cnn": (4, 100, 10, 50, 3, 1),
+            "lenet": (10, 100, 50, 50, 7, 1),
             "resnet9": (4, 64, 32, 32, 3, 1), "resnet20": (2, 50, 50, 25, 3, 1), "vgg16": (2, 50, 50, 25, 3, 1)},
     "tiny": {name: (2, 8, 4, 4, 1, 0) for name in FAMILIES},
 }
@@ -66,6 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--channels-last", action="store_true", help="training.channels_last")
     p.add_argument("--cudnn-benchmark", action="store_true", help="training.cudnn_benchmark")
     p.add_argument("--compile", action="store_true", help="training.compile")
+    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                   help="engine_round's clock: wall time, or the process's CPU time (steadier on a shared machine, with --threads 1)")
     return p.parse_args(argv)
 
 
@@ -83,7 +88,7 @@ def numerics_flags(args) -> list[str]:
 
 
 def run_family(family: str, size: str, device: str, threads: int | None, skip: str, image_size: int | None = None,
-               extra: tuple[str, ...] = ()) -> dict:
+               extra: tuple[str, ...] = (), clock: str = "wall") -> dict:
     """One engine_round run of ``family``; its JSON result."""
     model, _, classes = FAMILIES[family]
     clients, samples, batch, test, repeats, warmup = SIZES[size][family]
@@ -93,7 +98,7 @@ def run_family(family: str, size: str, device: str, threads: int | None, skip: s
     command += ["--threads", str(threads)] if threads else []
     command += ["--skip", skip] if skip else []
     command += ["--image-size", str(image_size)] if image_size and family not in FLAT_FAMILIES else []
-    command += list(extra)
+    command += list(extra) + (["--clock", clock] if clock != "wall" else [])
     process = subprocess.run(command, capture_output=True, text=True, check=False)
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{process.stderr[-3000:]}")
@@ -116,7 +121,8 @@ def throughput(family: str, result: dict, image_size: int | None = None) -> dict
         "setting": f"{result['clients']} clients x {result['samples']} samples, batch {result['batch_size']}, "
                    f"{result['test_samples']} test samples each, median of {result['repeats']}, precision "
                    f"{result.get('precision', 'fp32')}" + "".join(f", {k}" for k in ("channels_last", "cudnn_benchmark", "compile")
-                                                                  if result.get(k)),
+                                                                  if result.get(k))
+                   + (f", {result['clock']} clock" if result.get("clock", "wall") != "wall" else ""),
         "ms_per_round": result["ms_per_round"],
         "speedup_vs": result.get("speedup_vs", {}),
         "eval_speedup": result.get("eval_speedup"),
@@ -130,7 +136,7 @@ def main(argv=None) -> int:
     output = Path(args.output) if args.output else (None if args.size == "tiny" or extra else THROUGHPUTS)
     measured = {}
     for family in filter(None, args.families.split(",")):
-        result = run_family(family, args.size, args.device, args.threads, args.skip, args.image_size, tuple(extra))
+        result = run_family(family, args.size, args.device, args.threads, args.skip, args.image_size, tuple(extra), args.clock)
         result["test_samples"] = SIZES[args.size][family][3]
         shape = input_shape(family, args.image_size)
         key = family if shape == FAMILIES[family][1] else f"{family}@{shape[-2]}x{shape[-1]}"

@@ -4,17 +4,21 @@ A cell's work is counted, not guessed: the model's FLOPs per sample come from
 ``torch.utils.flop_counter.FlopCounterMode`` on the ``meta`` device (forward + backward for
 training, forward for evaluation), and the samples it processes from the cell:
 
-* training: rounds x participating clients x the samples each processes in a round (epochs x
-  its samples, times the models it trains; or minibatch steps x batch: :func:`local_samples`);
+* training: rounds x the clients that train in a round (the sampled ones, ``participation`` x
+  clients; all of them for pFedMe and pFedMT: :func:`training_clients`) x the samples each
+  processes in a round (epochs x its samples, times the models it trains, a short last batch at
+  full length where the vectorised engine pads it; or minibatch steps x batch: :func:`local_samples`);
 * evaluation: every ``eval_every`` rounds the test and validation rows, scored by a personal and
   a global model (:data:`EVALUATED_MODELS`; a global test set counts its distinct rows once, as
   the shared-model path scores them); every ``train_eval_every`` rounds the training samples.
 
 Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device at the
 cell's input resolution (:func:`family_rate`), from ``config/throughputs.yaml``
-(``benchmarks/throughputs.py`` refreshes it), plus a fixed per-job overhead and a per-round one
-(sampling, aggregation, the evaluation's bookkeeping: what FLOPs do not count); a job requests
-``safety_factor`` x that.  FeMAM trains only its newest level in a round; its frozen levels'
+(``benchmarks/throughputs.py`` refreshes it), plus the fixed costs FLOPs do not count
+(:data:`OVERHEADS`): per job (start-up, loading), per round, per local minibatch step (the
+vectorised engine steps a round's clients together: one client's steps, :func:`local_steps`) and
+per evaluated round; ``python -m fedbench.cost_report --fit`` fits them to finished runs.  A job
+requests ``safety_factor`` x that.  FeMAM trains only its newest level in a round; its frozen levels'
 forward passes count (:func:`mean_levels`).  Under ``device: auto`` with a GPU, :func:`choose_device`
 sends a cell to the CPU where it is estimated faster there.  Where the file has no measured figure for
 a family on a device, the device's ``assumed`` throughput stands in and the estimate is
@@ -26,6 +30,7 @@ exists, else is estimated from the dataset's registered facts (:func:`estimated_
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -40,10 +45,12 @@ from fedbench.workload import CellShape, model_cost
 THROUGHPUTS = Path(__file__).resolve().parents[1] / "config" / "throughputs.yaml"
 
 # model architecture -> the family whose measured throughput it uses (the benchmark's families)
+# (LeNet-5, FedMR's and FLT's CNNCifar, is a family of its own: its 6- and 16-channel convolutions run at
+# about half the FedAvg CNN's FLOP/s on the CPU)
 FAMILIES = {
     "mlr": "mlp", "mlp": "mlp", "mlp_dropout": "mlp",
-    "fedavg_cnn": "fedavg_cnn", "fedmr_cnn": "fedavg_cnn", "lenet_cifar": "fedavg_cnn", "pfedme_cnn": "fedavg_cnn",
-    "small_cnn": "fedavg_cnn", "convae": "fedavg_cnn",
+    "fedavg_cnn": "fedavg_cnn", "pfedme_cnn": "fedavg_cnn", "small_cnn": "fedavg_cnn", "convae": "fedavg_cnn",
+    "lenet_cifar": "lenet", "fedmr_cnn": "lenet",
     "leaf_cnn": "leaf_cnn", "fedmr_femnist_cnn": "leaf_cnn",
     "resnet9": "resnet9", "resnet20": "resnet20", "vgg16": "vgg16", "fedmr_vgg16_mnist": "vgg16",
 }
@@ -68,7 +75,7 @@ def summary_shape(summary: dict) -> CellShape:
     return CellShape(
         num_clients=summary["num_clients"], train_samples=sum(sizes), eval_samples=evaluated,
         largest_client=max(sizes, default=0), input_shape=tuple(summary["input_shape"]),
-        num_classes=summary["num_classes"], dataset_samples=sum(sizes) + evaluated,
+        num_classes=summary["num_classes"], dataset_samples=sum(sizes) + evaluated, client_sizes=tuple(sizes),
     )
 
 
@@ -169,22 +176,89 @@ def local_passes(algorithm: dict, training: dict) -> float:
 
 # minibatch gradient steps per local step of the step-counted algorithms (Per-FedAvg: two batches a step)
 STEPS_PER_LOCAL_STEP = {"perfedavg": 2}
+# algorithms whose every round trains every client (the sampled ones only aggregate): pFedMe (its
+# personal models, Alg. 1), pFedMT (every device of every team)
+TRAINS_EVERY_CLIENT = {"pfedme", "pfedmt"}
 
 
-def local_samples(algorithm: dict, training: dict, shape: CellShape) -> float:
-    """Training samples one participating client processes per round (forward + backward each):
-    minibatch steps x the effective batch for the step-counted algorithms (``local_steps`` x
-    ``inner_steps``: pFedMe, 20 x 5 by default; FedAvg as pFedMe runs it; ``local_steps`` x 2:
-    Per-FedAvg; ``team_iterations`` x ``local_iterations``: pFedMT), else :func:`local_passes` x
-    the mean client's samples.  The algorithm's defaults count where the entry leaves a setting out."""
-    algorithm = algorithm_settings(algorithm)
-    mean_client = shape.train_samples / max(shape.num_clients, 1)
+def training_clients(algorithm: dict, training: dict, shape: CellShape) -> float:
+    """Clients that train in a round: all of them for :data:`TRAINS_EVERY_CLIENT`, else ``participation`` x the clients."""
+    if algorithm["method"] in TRAINS_EVERY_CLIENT:
+        return float(shape.num_clients)
+    return training["participation"] * shape.num_clients
+
+
+def counted_steps(algorithm: dict) -> int:
+    """Minibatch steps a client takes in a round of a step-counted algorithm: ``local_steps`` x
+    ``inner_steps`` (pFedMe, 20 x 5 by default; FedAvg as pFedMe runs it: ``local_steps``), x 2 for
+    Per-FedAvg, ``team_iterations`` x ``local_iterations`` (pFedMT); 0 for an algorithm counted in
+    epochs.  ``algorithm`` with its defaults filled in (:func:`algorithm_settings`)."""
     steps = (algorithm.get("local_steps") or 0) * (algorithm.get("inner_steps") or 1)
     steps *= STEPS_PER_LOCAL_STEP.get(algorithm["method"], 1)
-    steps = steps or (algorithm.get("team_iterations") or 0) * (algorithm.get("local_iterations") or 0)
+    return steps or (algorithm.get("team_iterations") or 0) * (algorithm.get("local_iterations") or 0)
+
+
+def effective_batch(training: dict, shape: CellShape) -> int:
+    """The batch the engine forms: ``batch_size``, at most the largest client's samples, at least 1."""
+    return max(1, min(int(training["batch_size"]), shape.largest_client or int(training["batch_size"])))
+
+
+def expected_max(values, m: int) -> float:
+    """E[max] of ``m`` of ``values`` drawn uniformly without replacement (a round's sampled clients):
+    sum over the sorted values v_(k) (k = 1..n) of v_(k) C(k-1, m-1) / C(n, m)."""
+    v = sorted(values)
+    n = len(v)
+    m = min(max(int(m), 1), n)
+    log_total = math.lgamma(n + 1) - math.lgamma(m + 1) - math.lgamma(n - m + 1)
+    return sum(v[k] * math.exp(math.lgamma(k + 1) - math.lgamma(m) - math.lgamma(k - m + 2) - log_total)
+               for k in range(m - 1, n))
+
+
+def local_samples(algorithm: dict, training: dict, shape: CellShape, padded: bool = False) -> float:
+    """Training samples one training client processes per round (forward + backward each):
+    minibatch steps x the effective batch for the step-counted algorithms (:func:`counted_steps`),
+    else :func:`local_passes` x the mean client's samples.  ``padded``: the vectorised engine's
+    rows, where a short last batch is computed at full length and masked (models without BatchNorm):
+    the mean over the clients of ceil(n / batch) x batch (with the partition's client sizes; the
+    mean client's samples without them).  The algorithm's defaults count where the entry leaves a setting out."""
+    algorithm = algorithm_settings(algorithm)
+    mean_client = shape.train_samples / max(shape.num_clients, 1)
+    steps = counted_steps(algorithm)
     if steps:
         return steps * max(1, min(training["batch_size"], int(mean_client)))
+    if padded and shape.client_sizes:
+        batch = effective_batch(training, shape)
+        mean_client = sum(-(-n // batch) * batch for n in shape.client_sizes) / len(shape.client_sizes)
     return local_passes(algorithm, training) * mean_client
+
+
+def local_steps(algorithm: dict, training: dict, shape: CellShape) -> float:
+    """Minibatch steps of one round in the vectorised engine, where the round's training clients
+    step together: a step-counted algorithm's :func:`counted_steps`; else :func:`local_passes` x the
+    batches per epoch of the round's largest client, ceil(n / batch), in expectation over the
+    ``max(1, round(participation x clients))`` clients a round samples (:func:`expected_max` over the
+    partition's client sizes; without them, the mean client's batches).  The engine's chunks (the
+    hand-written MLP step on the CPU splits clients whose parameters pass 8 MiB) and BatchNorm's
+    sub-steps for short batches are not counted."""
+    algorithm = algorithm_settings(algorithm)
+    steps = counted_steps(algorithm)
+    if steps:
+        return float(steps)
+    batch = effective_batch(training, shape)
+    if shape.client_sizes:
+        if algorithm["method"] in TRAINS_EVERY_CLIENT:
+            sampled = shape.num_clients
+        else:
+            sampled = max(1, round(training["participation"] * shape.num_clients))
+        batches = expected_max([-(-n // batch) for n in shape.client_sizes], sampled)
+    else:
+        batches = math.ceil(shape.train_samples / max(shape.num_clients, 1) / batch)
+    return local_passes(algorithm, training) * batches
+
+
+def evaluations(training: dict) -> int:
+    """Evaluated rounds: every ``eval_every``-th and the last (:func:`fedbench.pipeline.due`)."""
+    return math.ceil(training["rounds"] / training["eval_every"])
 
 
 @dataclass(frozen=True)
@@ -196,21 +270,45 @@ class CellCost:
     calibrated: bool  # the family's throughput on the device was measured, at the cell's input size
     mem_mb: int
     throughput: str = ""  # which figure the time rests on (:func:`family_rate`)
+    flop_seconds: float = 0.0  # the FLOPs' share of ``seconds``: train FLOPs / train rate + eval FLOPs / eval rate
+    rounds: int = 0
+    steps: float = 0.0  # local minibatch steps of the run (:func:`local_steps` x rounds)
+    evaluations: int = 0  # evaluated rounds (:func:`evaluations`)
+
+    def counts(self) -> dict[str, float]:
+        """How many times each of :data:`OVERHEADS` is paid: once per job, per round, per local step, per evaluation."""
+        return {"job_overhead_s": 1.0, "round_overhead_s": float(self.rounds), "step_overhead_s": float(self.steps),
+                "eval_overhead_s": float(self.evaluations)}
+
+
+# the fixed costs FLOPs do not count, in seconds, per device in config/throughputs.yaml (a device's
+# entry first, else the file's top level; absent: 0): a job's start-up, a round's bookkeeping, a
+# local minibatch step's fixed part (Python, op dispatch: the engine steps all of a round's clients
+# together, so a round pays it once per step of one client), an evaluated round's fixed part
+OVERHEADS = ("job_overhead_s", "round_overhead_s", "step_overhead_s", "eval_overhead_s")
+
+
+def overhead(table: dict, device: str, name: str) -> float:
+    """The overhead constant ``name`` on ``device``: the device's entry, else the file's top level, else 0."""
+    return float(table.get(device, {}).get(name, table.get(name, 0.0)) or 0.0)
 
 
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it.
-    A model of several levels (FeMAM, :func:`mean_levels`) trains its newest level and runs the
-    forward of the frozen ones for every trained sample, and scores with all of them."""
+    Training: rounds x :func:`training_clients` x :func:`local_samples` (the vectorised engine's padded
+    batches for a model without BatchNorm).  A model of several levels (FeMAM, :func:`mean_levels`)
+    trains its newest level and runs the forward of the frozen ones for every trained sample, and
+    scores with all of them."""
     training = spec["training"]
     cost = model_cost(spec["model"], shape.input_shape, shape.num_classes)
     rounds = training["rounds"]
     levels = mean_levels(spec["algorithm"], rounds)
-    participants = training["participation"] * shape.num_clients
-    trained = rounds * participants * local_samples(spec["algorithm"], training, shape)
-    evaluations = math.ceil(rounds / training["eval_every"])
-    train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else evaluations
-    scored = evaluations * EVALUATED_MODELS * shape.eval_samples + train_evaluations * shape.train_samples
+    padded = training.get("engine", "vectorised") == "vectorised" and not cost.batchnorm
+    samples = local_samples(spec["algorithm"], training, shape, padded)
+    trained = rounds * training_clients(spec["algorithm"], training, shape) * samples
+    scored_rounds = evaluations(training)
+    train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else scored_rounds
+    scored = scored_rounds * EVALUATED_MODELS * shape.eval_samples + train_evaluations * shape.train_samples
     return trained * (cost.train_flops + (levels - 1) * cost.eval_flops), scored * levels * cost.eval_flops
 
 
@@ -220,7 +318,8 @@ def _load_throughputs(path: str) -> dict:
 
 
 def throughputs(path: Path | str = THROUGHPUTS) -> dict:
-    """The throughput file: ``safety_factor``, ``job_overhead_s`` and per device ``assumed`` and per-family figures."""
+    """The throughput file: ``safety_factor``, ``job_overhead_s`` and per device ``assumed``, the
+    :data:`OVERHEADS` and per-family figures."""
     return _load_throughputs(str(path))
 
 
@@ -233,9 +332,11 @@ def device_kind(device: str) -> str:
 
 # the input each family's figure is measured at when its entry does not say (benchmarks/throughputs.py)
 BENCHMARK_INPUTS = {
-    "mlp": (784,), "fedavg_cnn": (1, 28, 28), "leaf_cnn": (1, 28, 28),
+    "mlp": (784,), "fedavg_cnn": (1, 28, 28), "leaf_cnn": (1, 28, 28), "lenet": (1, 28, 28),
     "resnet9": (3, 32, 32), "resnet20": (3, 32, 32), "vgg16": (3, 32, 32),
 }
+# the registry model each family is benchmarked with, where it is not the family's own name
+BENCHMARK_ARCHS = {"lenet": "lenet_cifar"}
 
 
 FLAT_FAMILIES = {"mlp"}  # matrix products on the flattened input: one figure at any input size
@@ -280,16 +381,25 @@ def family_rate(table: dict, device: str, family: str, input_shape) -> tuple[dic
 
 
 def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = None) -> CellCost:
-    """Work, estimated seconds (before the safety factor) and host memory of one cell on ``device`` (cpu or cuda)."""
+    """Work, estimated seconds (before the safety factor) and host memory of one cell on ``device`` (cpu or cuda).
+
+    seconds = training FLOPs / the family's training rate + evaluation FLOPs / its evaluation rate
+    + ``job_overhead_s`` + rounds x ``round_overhead_s`` + local steps x ``step_overhead_s``
+    + evaluations x ``eval_overhead_s`` (:data:`OVERHEADS`, :func:`overhead`; local steps: rounds x
+    :func:`local_steps`, evaluations: :func:`evaluations`)."""
     table = table or throughputs()
     family = FAMILIES.get(spec["model"]["arch"], "fedavg_cnn")
     figures, calibrated, note = family_rate(table, device, family, shape.input_shape)
     rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
     train, evaluate = cell_work(spec, shape)
-    rounds = spec["training"]["rounds"] * table[device].get("round_overhead_s", 0.0)
-    seconds = table["job_overhead_s"] + rounds + train / rate["train"] + evaluate / rate["eval"]
-    mem = cell_job_mb(spec["model"], shape, spec["training"])
-    return CellCost(train, evaluate, family, seconds, calibrated, mem, note)
+    training = spec["training"]
+    flop_seconds = train / rate["train"] + evaluate / rate["eval"]
+    steps = training["rounds"] * local_steps(spec["algorithm"], training, shape)
+    mem = cell_job_mb(spec["model"], shape, training)
+    cost = CellCost(train, evaluate, family, flop_seconds, calibrated, mem, note, flop_seconds, training["rounds"],
+                    steps, evaluations(training))
+    seconds = flop_seconds + sum(overhead(table, device, name) * n for name, n in cost.counts().items())
+    return dataclasses.replace(cost, seconds=seconds)
 
 
 def choose_device(spec: dict, shape: CellShape, table: dict | None = None) -> tuple[str, str]:

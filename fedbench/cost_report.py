@@ -5,6 +5,8 @@
     make cost CONFIG=config/experiments/femam.yaml
     python -m fedbench.cost_report --check results/fedmr_claims      # predicted vs measured, finished runs
     make cost CHECK=results/fedmr_claims
+    python -m fedbench.cost_report --fit results/fedmr_claims --fit results/pfedmt [--write]   # fit the CPU overheads
+    make cost-fit FIT="results/fedmr_claims results/pfedmt" [WRITE=1]
 
 Each file is one config (as ``snakemake --configfile F --replace-workflow-config`` runs it): its cells,
 its tuning trials and tuned runs, and the most seeds the claims' looks may add.  The
@@ -25,7 +27,19 @@ is one that covers the run (a job resumed from a checkpoint benchmarks only its 
 process start-up).  It prints per run predicted and measured seconds and their ratio, the CPU's
 share of the wall time (the benchmark's ``cpu_time / s``: well below 1 on a machine shared with
 other jobs), and the median absolute relative error |predicted / measured - 1| per model family, per
-algorithm and over all runs.
+algorithm and over all runs; then the same against the job's CPU time.  Snakemake's benchmark
+samples the CPU time (every 30 s after its first 17 s) and records the last sample: up to 30 s of a
+job's CPU are missing, most of it for a job of a minute; :func:`cpu_seconds` extrapolates the
+sample to the job's end at the job's CPU share until then (a job that ended within a second after a
+sample was due has no CPU time: the sample may or may not have been taken).
+
+``--fit ROOT`` (repeatable) fits the device's overhead constants (``job_overhead_s``,
+``step_overhead_s``, ``round_overhead_s``, ``eval_overhead_s``; ``--terms`` picks some) to those
+runs' CPU time by non-negative least squares on the relative error (:mod:`fedbench.cost_fit`), prints
+them beside the file's with the median |predicted / CPU time - 1| before and after over all runs,
+per root, experiment, algorithm and family, and, with several roots, each root held out (fitted to
+the others, checked on it); ``--write`` sets them in ``config/throughputs.yaml`` (the lines replaced
+in place, the rest of the file as it was).
 """
 
 from __future__ import annotations
@@ -38,8 +52,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from fedbench import cost_fit
 from fedbench.config import TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
-from fedbench.cost import cell_cost, device_kind, estimated_shape, summary_shape, throughputs
+from fedbench.cost import OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs
 from fedbench.plugins import load_plugins
 from fedbench.results.claims import claim_algorithms, claim_cells, design_seeds, evaluated_claims
 from fedbench.tuning import trial_config, tune_block, tuned_experiments
@@ -165,8 +180,37 @@ def run_benchmark(root: Path, run_dir: Path) -> Path | None:
     return None
 
 
-def measured_seconds(root: Path, run_dir: Path, metrics: dict) -> tuple[float, str, float | None]:
-    """(seconds, where from, the CPU's share of them) of a finished run (module doc, ``--check``)."""
+# Snakemake's benchmark samples the job's CPU time (psutil, the job's process tree): about every 0.5 s
+# for its first 17 s (30 samples and their own time), then every 30 s (snakemake.benchmark's
+# BENCHMARK_INTERVAL), and ``cpu_time`` is the last sample's total: a job's last up-to-30 s of CPU
+# are not in it.  The finished runs show the staircase: jobs of 35-47 s report 12-14 s of CPU, of
+# 47-75 s 31-42 s, of 78-105 s 55-67 s (/work/persist/pfedmt, 2026-11-27).
+BENCHMARK_FIRST_S = 17.0
+BENCHMARK_INTERVAL_S = 30.0
+BENCHMARK_AMBIGUOUS_S = 1.0  # a job ending this close after a sample's time: was it taken? unknown
+
+
+def last_cpu_sample(seconds: float) -> float | None:
+    """When the benchmark of a job of ``seconds`` took its last CPU sample (:data:`BENCHMARK_FIRST_S`,
+    then every :data:`BENCHMARK_INTERVAL_S`); None where the job ended within
+    :data:`BENCHMARK_AMBIGUOUS_S` after a sample was due (taken or not, nobody can tell)."""
+    if seconds <= BENCHMARK_FIRST_S:
+        return seconds  # sampled every 0.5 s until then
+    last = BENCHMARK_FIRST_S + BENCHMARK_INTERVAL_S * ((seconds - BENCHMARK_FIRST_S) // BENCHMARK_INTERVAL_S)
+    return None if seconds - last < BENCHMARK_AMBIGUOUS_S else last
+
+
+def cpu_seconds(seconds: float, cpu_time: float) -> float | None:
+    """The job's CPU time, extrapolated from the benchmark's sampled ``cpu_time`` at the job's CPU share
+    until its last sample (:func:`last_cpu_sample`): ``cpu_time x seconds / last sample``; None where
+    the last sample's time is ambiguous."""
+    last = last_cpu_sample(seconds)
+    return None if last is None or last <= 0 else cpu_time * seconds / last
+
+
+def measured_seconds(root: Path, run_dir: Path, metrics: dict) -> tuple[float, str, float | None, float | None]:
+    """(seconds, where from, the CPU's share of them as the benchmark's ``cpu_time`` records it, the
+    job's CPU seconds extrapolated to its end (:func:`cpu_seconds`)) of a finished run (module doc, ``--check``)."""
     wall = float(metrics["wall_time_s"])
     bench = run_benchmark(root, run_dir)
     if bench is not None and bench.exists():
@@ -174,8 +218,10 @@ def measured_seconds(root: Path, run_dir: Path, metrics: dict) -> tuple[float, s
         if rows and float(rows[-1]["s"]) >= wall:  # else a resumed job: the benchmark saw its last attempt only
             seconds = float(rows[-1]["s"])
             cpu = rows[-1].get("cpu_time")
-            return seconds, "benchmark", (float(cpu) / seconds if cpu not in (None, "", "-") and seconds else None)
-    return wall, "wall_time_s", None
+            if cpu in (None, "", "-", "NA") or not seconds:
+                return seconds, "benchmark", None, None
+            return seconds, "benchmark", float(cpu) / seconds, cpu_seconds(seconds, float(cpu))
+    return wall, "wall_time_s", None, None
 
 
 def run_shape(root: Path, metrics: dict, spec: dict):
@@ -187,8 +233,9 @@ def run_shape(root: Path, metrics: dict, spec: dict):
 
 def check_runs(root: str | Path, table: dict | None = None) -> tuple[list[dict], list[str]]:
     """(one row per finished run under ``root``: ``run``, ``algorithm``, ``family``, ``device``,
-    ``predicted``, ``measured``, ``source``, ``cpu_share``, ``ratio``, ``calibrated``, ``estimated``;
-    what was skipped and why)."""
+    ``predicted``, ``measured``, ``source``, ``cpu_share``, ``cpu_s`` (:func:`cpu_seconds`), ``ratio``,
+    ``calibrated``, ``estimated``, ``root``, ``experiment``, and for a fit (:mod:`fedbench.cost_fit`)
+    ``flop_seconds`` and the overheads' ``counts``; what was skipped and why)."""
     root = Path(root)
     table = table or throughputs()
     rows, skipped = [], []
@@ -207,45 +254,68 @@ def check_runs(root: str | Path, table: dict | None = None) -> tuple[list[dict],
         except (KeyError, ValueError) as error:  # a plugin's model or data not loaded, an unknown source
             skipped.append(f"{run}: cannot be estimated: {error}")
             continue
-        seconds, source, share = measured_seconds(root, path.parent, metrics)
+        seconds, source, share, cpu = measured_seconds(root, path.parent, metrics)
         rows.append({"run": run, "algorithm": spec["algorithm"]["method"], "family": cost.family, "device": device,
-                     "predicted": cost.seconds, "measured": seconds, "source": source, "cpu_share": share,
-                     "ratio": cost.seconds / seconds, "calibrated": cost.calibrated, "estimated": shape.estimated})
+                     "predicted": cost.seconds, "measured": seconds, "source": source, "cpu_share": share, "cpu_s": cpu,
+                     "ratio": cost.seconds / seconds, "calibrated": cost.calibrated, "estimated": shape.estimated,
+                     "root": str(root), "experiment": metrics.get("cell", {}).get("experiment", "?"),
+                     "flop_seconds": cost.flop_seconds, "counts": cost.counts()})
     return rows, skipped
 
 
-def median_error(rows: list[dict]) -> float:
-    """Median of |predicted / measured - 1| over ``rows``."""
-    return statistics.median(abs(row["ratio"] - 1) for row in rows)
+def median_error(rows: list[dict], against: str = "measured") -> float:
+    """Median of |predicted / measured - 1| over ``rows`` (``against="cpu_s"``: over the rows with a CPU time, against it)."""
+    return statistics.median(abs(row["predicted"] / row[against] - 1) for row in rows if row.get(against))
+
+
+def cpu_timed(rows: list[dict]) -> list[dict]:
+    """The rows with a job CPU time (:func:`cpu_seconds`)."""
+    return [row for row in rows if row.get("cpu_s")]
+
+
+def by_group(rows: list[dict], key: str, against: str = "measured") -> str:
+    """``name error % (runs)`` per value of ``key``, sorted."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[row[key]].append(row)
+    return ", ".join(f"{name} {100 * median_error(group, against):.0f} % ({len(group)})" for name, group in sorted(groups.items()))
 
 
 def check_report(root: str, rows: list[dict] | None = None, skipped: list[str] | None = None) -> str:
-    """Predicted vs measured seconds of every finished run under ``root``; median absolute errors."""
+    """Predicted vs measured seconds of every finished run under ``root``; median absolute errors
+    against the wall time and against the job's CPU time."""
     if rows is None:
         rows, skipped = check_runs(root)
     lines = [f"{root}: {len(rows)} finished runs (predicted: fedbench.cost.cell_cost before the safety factor)"]
     if rows:
         width = min(max(len(row["run"]) for row in rows), 90)
         lines.append(f"  {'run':<{width}} {'algorithm':<10} {'family':<10} {'device':<6} {'predicted s':>11} "
-                     f"{'measured s':>10} {'ratio':>6} {'cpu share':>9}  measured by")
+                     f"{'measured s':>10} {'ratio':>6} {'cpu share':>9} {'CPU s':>7} {'vs CPU':>6}  measured by")
         for row in rows:
             mark = ("" if row["calibrated"] else "*") + ("~" if row["estimated"] else "")
             share = "-" if row["cpu_share"] is None else f"{row['cpu_share']:.2f}"
+            cpu = "-" if not row.get("cpu_s") else f"{row['cpu_s']:,.0f}"
+            vs_cpu = "-" if not row.get("cpu_s") else f"{row['predicted'] / row['cpu_s']:.2f}"
             lines.append(f"  {row['run'][-width:]:<{width}} {row['algorithm']:<10} {row['family']:<10} {row['device']:<6} "
-                         f"{row['predicted']:>10,.0f}{mark:<1} {row['measured']:>10,.0f} {row['ratio']:>6.2f} {share:>9}  {row['source']}")
+                         f"{row['predicted']:>10,.0f}{mark:<1} {row['measured']:>10,.0f} {row['ratio']:>6.2f} {share:>9} "
+                         f"{cpu:>7} {vs_cpu:>6}  {row['source']}")
         for key in ("family", "algorithm", "device"):
-            groups = defaultdict(list)
-            for row in rows:
-                groups[row[key]].append(row)
-            lines.append(f"  median |predicted/measured - 1| by {key}: " + ", ".join(
-                f"{name} {100 * median_error(group):.0f} % ({len(group)})" for name, group in sorted(groups.items())))
+            lines.append(f"  median |predicted/measured - 1| by {key}: {by_group(rows, key)}")
         lines.append(f"  median |predicted/measured - 1| over all {len(rows)} runs: {100 * median_error(rows):.1f} % "
                      f"(median ratio {statistics.median(row['ratio'] for row in rows):.2f})")
-        timed = [row for row in rows if row["cpu_share"] is not None]
+        timed = cpu_timed(rows)
         if timed:  # against the CPU time instead: what a machine shared with other jobs does not stretch
-            cpu = statistics.median(abs(row["ratio"] / row["cpu_share"] - 1) for row in timed)
-            lines.append(f"  median |predicted/CPU time - 1| over the {len(timed)} runs with a benchmark: {100 * cpu:.1f} %")
-    for line in skipped:
+            lines.append(f"  median |predicted/CPU time - 1| by algorithm: {by_group(timed, 'algorithm', 'cpu_s')}")
+            lines.append(f"  median |predicted/CPU time - 1| over the {len(timed)} runs with a benchmark's CPU time: "
+                         f"{100 * median_error(timed, 'cpu_s'):.1f} % (median ratio "
+                         f"{statistics.median(row['predicted'] / row['cpu_s'] for row in timed):.2f}; CPU time: the "
+                         "benchmark's cpu_time extrapolated to the job's end, fedbench.cost_report.cpu_seconds)")
+        sampled = [row for row in rows if row["cpu_share"]]
+        if sampled:  # the benchmark's cpu_time as it stands (its last sample: up to 30 s short of the job's end)
+            error = statistics.median(abs(row["ratio"] / row["cpu_share"] - 1) for row in sampled)
+            lines.append(f"  median |predicted/cpu_time - 1| against the benchmark's cpu_time as recorded (its last "
+                         f"sample), {len(sampled)} runs: {100 * error:.1f} %")
+    for line in skipped or ():
         lines.append(f"  skipped {line}")
     return "\n".join(lines)
 
@@ -255,9 +325,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("configfiles", nargs="*", help="config files, each estimated on its own")
     parser.add_argument("--check", action="append", default=[], metavar="ROOT",
                         help="a results root: predicted vs measured seconds of its finished runs (repeatable)")
+    parser.add_argument("--fit", action="append", default=[], metavar="ROOT",
+                        help="a results root whose finished runs' CPU time the overhead constants are fitted to "
+                             "(repeatable; fedbench.cost_fit)")
+    parser.add_argument("--terms", default=",".join(cost_fit.SHORT),
+                        help="overheads to fit, of job, step, round, eval (default all; the others keep the file's values)")
+    parser.add_argument("--device", default="cpu", choices=DEVICES, help="the device whose runs and constants --fit takes")
+    parser.add_argument("--write", nargs="?", const=str(THROUGHPUTS), default=None, metavar="FILE",
+                        help=f"with --fit: write the fitted constants into FILE (default {THROUGHPUTS.name}), in place")
     args = parser.parse_args(argv)
-    if not args.configfiles and not args.check:
-        parser.error("name config files, or --check a results root")
+    if not args.configfiles and not args.check and not args.fit:
+        parser.error("name config files, --check a results root, or --fit one")
+    if args.write and not args.fit:
+        parser.error("--write writes what --fit fitted: name --fit ROOT")
     for path in args.configfiles:
         print(report(path))
     every = []
@@ -268,9 +348,26 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.check) > 1 and every:
         print(f"median |predicted/measured - 1| over all {len(every)} runs of the {len(args.check)} roots: "
               f"{100 * median_error(every):.1f} % (median ratio {statistics.median(row['ratio'] for row in every):.2f})")
-    print("* the device's assumed throughput (config/throughputs.yaml): no measured figure for that model family "
-          "there, or none at the cell's input size" + ("; ~ shape estimated from the dataset's facts (no partition summary)"
-                                                      if args.check else ""))
+        if cpu_timed(every):
+            print(f"median |predicted/CPU time - 1| over the {len(cpu_timed(every))} runs with a CPU time of the "
+                  f"{len(args.check)} roots: {100 * median_error(every, 'cpu_s'):.1f} %")
+    if args.fit:
+        table = throughputs()
+        terms = cost_fit.parse_terms(args.terms)
+        rows = [row for root in args.fit for row in check_runs(root, table)[0]]
+        fit = cost_fit.fit_overheads(rows, table, args.device, terms)
+        print(cost_fit.fit_report(rows, table, fit, args.device))
+        held_out = cost_fit.held_out_report(rows, table, args.device, terms)
+        if held_out:
+            print(held_out)
+        if args.write:
+            cost_fit.write_constants(args.write, args.device, fit.constants)
+            print(f"written to {args.write} under {args.device} (3 significant digits): "
+                  + ", ".join(f"{name} {fit.constants[name]:.3g}" for name in OVERHEADS))
+    if args.check or args.configfiles:
+        print("* the device's assumed throughput (config/throughputs.yaml): no measured figure for that model family "
+              "there, or none at the cell's input size" + ("; ~ shape estimated from the dataset's facts (no partition summary)"
+                                                          if args.check else ""))
     return 0
 
 

@@ -20,6 +20,7 @@ class ModelCost:
     train_flops: float  # one sample's forward + backward (weight and activation gradients)
     eval_flops: float  # one sample's forward
     state_bytes: int  # parameters + buffers of one model
+    batchnorm: bool = False  # the model has BatchNorm (the vectorised engine then pads no short batch)
 
 
 @functools.lru_cache(maxsize=64)
@@ -38,7 +39,8 @@ def _model_cost(spec_json: str, input_shape: tuple[int, ...], num_classes: int) 
     with FlopCounterMode(display=False) as both:
         torch.nn.functional.cross_entropy(model(x), y).backward()
     state = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    return ModelCost(both.get_total_flops() / 2, forward.get_total_flops() / 2, state)
+    batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    return ModelCost(both.get_total_flops() / 2, forward.get_total_flops() / 2, state, batchnorm)
 
 
 def model_cost(spec: dict, input_shape, num_classes: int) -> ModelCost:
@@ -62,3 +64,4 @@ class CellShape:
     num_classes: int
     dataset_samples: int  # rows the job holds in memory
     estimated: bool = False
+    client_sizes: tuple[int, ...] = ()  # training samples of every client (the partition's summary; () when estimated)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import fedbench.cost_report as cost_report
-from fedbench.cost_report import check_runs, median_error
+from fedbench.cost_report import check_runs, cpu_seconds, last_cpu_sample, median_error
 
 # two clients of 50 training and 10 test rows, 4 features, 3 classes: MLR (Linear(4, 3)), 48 FLOPs a
 # trained sample, 24 a scored one
@@ -55,7 +55,9 @@ def test_check_compares_predicted_with_measured_seconds_by_hand(results):
     fedavg, fedprox = by_method["fedavg"], by_method["fedprox"]
     assert fedavg["predicted"] == pytest.approx(PREDICTED) and fedprox["predicted"] == pytest.approx(PREDICTED)
     assert (fedavg["measured"], fedavg["source"], fedavg["cpu_share"]) == (200.0, "benchmark", 0.75)
-    assert (fedprox["measured"], fedprox["source"], fedprox["cpu_share"]) == (500.0, "wall_time_s", None)
+    # the benchmark's last CPU sample of a 200 s job was at 17 + 6 x 30 = 197 s: 150 s x 200 / 197
+    assert fedavg["cpu_s"] == pytest.approx(150 * 200 / 197)
+    assert (fedprox["measured"], fedprox["source"], fedprox["cpu_share"], fedprox["cpu_s"]) == (500.0, "wall_time_s", None, None)
     assert fedavg["ratio"] == pytest.approx(1.25) and fedprox["ratio"] == pytest.approx(0.5)
     assert not fedavg["estimated"] and fedavg["calibrated"]  # the partition's summary, a measured family
     assert median_error(rows) == pytest.approx((0.25 + 0.5) / 2)
@@ -68,7 +70,18 @@ def test_cost_command_prints_the_check(results, capsys, monkeypatch):
     assert "2 finished runs" in out and "skipped runs/e/toy/iid/mlr/fedmut/seed0: diverged" in out
     assert "by algorithm: fedavg 25 % (1), fedprox 50 % (1)" in out
     assert "over all 2 runs: 37.5 %" in out
-    # against the CPU time where the benchmark has it: 250 s predicted, 150 s on the CPU
-    assert "median |predicted/CPU time - 1| over the 1 runs with a benchmark: 66.7 %" in out
+    # against the CPU time where the benchmark has it: 250 s predicted, 152.3 s on the CPU (150 s sampled at 197 s)
+    assert "median |predicted/CPU time - 1| over the 1 runs with a benchmark's CPU time: 64.2 %" in out
+    assert "median |predicted/CPU time - 1| by algorithm: fedavg 64 % (1)" in out
+    assert "against the benchmark's cpu_time as recorded (its last sample), 1 runs: 66.7 %" in out  # 250 / 150
     assert cost_report.main(["--check", str(results), "--check", str(results)]) == 0
     assert "over all 4 runs of the 2 roots: 37.5 %" in capsys.readouterr().out
+
+
+def test_the_benchmarks_cpu_time_is_its_last_sample_extrapolated_to_the_jobs_end():
+    # samples every 0.5 s for the first 17 s, then at 47, 77, 107 s, ...
+    assert last_cpu_sample(10.0) == 10.0 and last_cpu_sample(46.6) == 17.0 and last_cpu_sample(48.5) == 47.0
+    assert last_cpu_sample(106.0) == 77.0 and last_cpu_sample(137.5) is None  # 0.5 s after 137 s: taken or not?
+    # a job of 44 s whose benchmark says 13 s of CPU (its sample at 17 s): 13 x 44 / 17
+    assert cpu_seconds(44.0, 13.0) == pytest.approx(33.647, abs=1e-3)
+    assert cpu_seconds(80.0, 70.0) == pytest.approx(70 * 80 / 77) and cpu_seconds(47.5, 40.0) is None

@@ -124,12 +124,12 @@ def long_config(**training) -> dict:
 
 def test_a_cell_over_seven_days_is_refused_naming_the_setting_that_drives_it(tmp_path):
     place = Workplace(REPO, tmp_path)
-    message = refusal(long_config(rounds=1_000_000_000), place)
-    assert message.startswith("experiments.tiny.training.rounds = 1000000000: the largest cell, tiny/digits/")
+    message = refusal(long_config(rounds=10_000_000_000), place)
+    assert message.startswith("experiments.tiny.training.rounds = 10000000000: the largest cell, tiny/digits/")
     assert "years on the CPU, over the 7-day limit per cell" in message and message.endswith("set allow_long: true")
     message = refusal(long_config(rounds=10, local_epochs=1_000_000_000), place)  # rounds at the default would be longer
     assert message.startswith("experiments.tiny.training.local_epochs = 1000000000:"), message
-    allowed = long_config(rounds=1_000_000_000)
+    allowed = long_config(rounds=10_000_000_000)
     allowed["allow_long"] = True
     estimate = validate_config(allowed, workplace=place)
     assert estimate.largest_seconds > 365 * 86400 and "years" in estimate.line()

@@ -211,8 +211,12 @@ def test_update_rewrites_only_the_sections_of_the_configs_given(tmp_path):
     assert "stale table" not in sections["Default suite"]
     assert f"`python -m fedbench.results.claims --update {config_path}`" in sections["Default suite"]
     assert "ran on 2 cores" in sections["Default suite"] and "**not yet measured**" in sections["Default suite"]
+    text = out.read_text()
+    assert "**Measured before claims were decided look by look and before tuning: FLT**" in text  # no tuned column
+    assert "Measured with looks and tuning: Default suite." in text
     write_report([config_path], out, load_published())
     assert list(report_sections(out.read_text())) == ["Default suite"]
+    assert "Measured before claims" not in out.read_text()  # every section has both settings
 
 
 # ---- config checks ---------------------------------------------------------------------------

@@ -700,12 +700,32 @@ def report_sections(text: str) -> dict[str, str]:
     return sections
 
 
+# the mark of a section written by this version (claims decided look by look, the tuned setting beside the
+# paper's where the config tunes): an HTML comment, invisible in the rendered report
+LOOKS_MARK = "<!-- fedbench.results.claims: looks and tuning -->"
+
+
 def _section(paper: str, rows: pd.DataFrame, config_paths: list[str], note: str) -> str:
     """One paper's section: the command that wrote it, ``note``, the claims table (both settings side by side)."""
     rows = rows.reindex(columns=rows.columns.union(["per_seed"], sort=False)).astype({"per_seed": object})
     written = f"Written by `python -m fedbench.results.claims --update {' '.join(config_paths)}` from the runs on disk."
-    return "\n".join([f"## {PAPER_NAMES[paper]}", "", written, *([note] if note else []), "",
+    return "\n".join([f"## {PAPER_NAMES[paper]}", LOOKS_MARK, "", written, *([note] if note else []), "",
                       _shown(rows, reading_column=True).to_markdown(index=False), "", ""])
+
+
+def section_status(sections: dict[str, str]) -> list[str]:
+    """The header's line on which sections were measured with looks and tuning (they carry
+    :data:`LOOKS_MARK`, :func:`_section`) and which were measured before (one look, untuned; written by an
+    earlier version of this module and kept by ``--update``), read from the sections themselves."""
+    tuned = [name for name, text in sections.items() if LOOKS_MARK in text]
+    earlier = [name for name in sections if name not in tuned]
+    if not earlier:
+        return []
+    return [f"**Measured before claims were decided look by look and before tuning: {', '.join(earlier)}** (one look "
+            "at the config's seeds, a 95 % interval, no equivalence or not-comparable verdict, every method at the "
+            "paper's setting; re-running an analogue's claims, `snakemake claims`, and `--update` rewrites its section "
+            "with both settings side by side).  "
+            + (f"Measured with looks and tuning: {', '.join(tuned)}." if tuned else ""), ""]
 
 
 def write_report(config_paths: Iterable[str | Path], out: str | Path, published: pd.DataFrame, note: str = "",
@@ -725,7 +745,7 @@ def write_report(config_paths: Iterable[str | Path], out: str | Path, published:
               "runs on disk under the config's `results:` directory (none typed in) and names its command; "
               "`--update` rewrites only the sections of the configs given.  *seeds*: the seeds whose runs all exist "
               "(of the design's cap).  A claim with no runs yet says so, with the command that measures it.",
-              "", VERDICT_LEGEND, "", ""]
+              "", VERDICT_LEGEND, "", *section_status(sections), ""]
     body = [sections[name] for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order))]
     atomic_write(out, lambda p: Path(p).write_text("\n".join(header) + "".join(body).rstrip("\n") + "\n", encoding="utf-8"))
     return table

@@ -183,6 +183,26 @@ def test_vectorised_finetuning_equals_the_per_client_loop(pretrained, optimizer)
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
 
 
+def test_embeddings_in_passes_of_512_images_equal_passes_of_4096_bit_for_bit():
+    """Embedding runs 512 images a pass (``ENCODE_ROWS``; 4096 until 2e2b0e1, whose activations left the
+    caches): the same embeddings bit for bit, with one encoder (FLT Enc1) and with every client's own
+    fine-tuned copy (Enc2: 100 clients, 5 images each a pass instead of 40)."""
+    import fedbench.algorithms.flt_encoders as flt_encoders
+
+    torch.manual_seed(0)
+    encoder = ConvAE().eval()
+    gen = torch.Generator().manual_seed(1)
+    data = federation(torch.rand(6000, 1, 28, 28, generator=gen), [60] * 100)
+    clients = torch.arange(100)
+    params = {k: v.detach().unsqueeze(0).repeat(100, *[1] * v.dim()) + 0.01 * torch.randn(100, *v.shape, generator=gen)
+              for k, v in encoder.named_parameters()}
+    now = flt_encoders._encode_stacked(encoder, params, data, clients)
+    before = flt_encoders._encode_stacked(encoder, params, data, clients, samples=4096)
+    assert flt_encoders.ENCODE_ROWS == 512 and all(np.array_equal(a, b) for a, b in zip(now, before))
+    one = flt_encoders._encode_one(encoder, data, clients)
+    assert all(np.array_equal(a, b) for a, b in zip(one, flt_encoders._encode_one(encoder, data, clients, batch=4096)))
+
+
 # ---- the digits source's FLT options ------------------------------------------------------
 
 

@@ -342,3 +342,75 @@ def test_the_default_budget_is_80_percent_of_the_given_cuda_devices_free_memory(
     assert budget_bytes(torch.device("cuda", 1), None) == 800 * mb
     assert budget_bytes(torch.device("cpu"), None) == 2048 * mb
     assert budget_bytes(torch.device("cuda", 1), 1.5) == int(1.5 * mb)
+
+
+def test_identical_models_are_grouped_bit_for_bit():
+    """Rows equal in every tensor, byte for byte, form a group (two or more rows); a row equal in the sampled
+    key entries but not elsewhere, or differing only in the sign of a zero, is a model of its own."""
+    from fedbench.engine.evaluate import identical_models
+
+    base = torch.arange(40.0).view(1, 40).repeat(7, 1)
+    count = torch.zeros(7, dtype=torch.long)
+    base[2, 5] += 1.0  # row 2 differs from 0, 1, 3 off the key entries (0, 2.6, ..., 39: 16 of 40)
+    base[4] += 1.0  # rows 4 and 6 are another model
+    base[6] += 1.0
+    zero = torch.zeros(7, 3)
+    zero[3, 0] = -0.0  # equal as numbers, not as bytes
+    groups = identical_models({"w": base, "z": zero, "n": count})
+    assert [g.tolist() for g in groups] == [[0, 1, 5], [4, 6]]
+    assert identical_models({"w": torch.randn(5, 3)}) == [] and identical_models({"w": torch.ones(1, 3)}) == []
+
+
+def test_clients_sharing_models_are_scored_as_each_alone():
+    """Clients holding one of a few models (IFCA's or FLT's cluster models) beside clients with models of
+    their own: the models held by several clients run once over their clients' distinct rows, the others
+    as before, and every client's numbers equal scoring it alone (a cluster's clients share its test rows)."""
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(60, 5, generator=gen), torch.randint(0, 3, (60,), generator=gen)
+    train = ClientIndex.from_lists([np.arange(4 * c, 4 * c + 4) for c in range(7)], "cpu")
+    test = ClientIndex.from_lists([np.arange(30, 40), np.arange(40, 50), np.arange(30, 40), np.arange(40, 52),
+                                   np.arange(30, 38), np.arange(50, 60), np.arange(30, 40)], "cpu")
+    data = FederatedData(x, y, train, test, 3)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    models = [{k: v + 0.3 * torch.randn(v.shape, generator=gen) for k, v in model_weights(model).items()} for _ in range(5)]
+    holds = [0, 1, 0, 1, 0, 2, 3]  # clients 0, 2, 4 and 6 hold model 0 but for 6 (model 3); 1 and 3 hold model 1
+    stacked = {k: torch.stack([models[m][k] for m in holds]) for k in models[0]}
+    clients = torch.tensor([0, 1, 2, 3, 4, 5, 6])
+    for index in (data.test, data.train):
+        together = evaluate_clients(model, stacked, data, index, clients)
+        alone = [evaluate_clients(model, {k: v[[c]] for k, v in stacked.items()}, data, index, torch.tensor([c]))
+                 for c in range(7)]
+        np.testing.assert_array_equal(together.samples, [a.samples[0] for a in alone])
+        np.testing.assert_array_equal(together.correct, [a.correct[0] for a in alone])
+        np.testing.assert_allclose(together.loss_sum, [a.loss_sum[0] for a in alone], rtol=1e-6)
+        np.testing.assert_allclose(together.macro_f1, [a.macro_f1[0] for a in alone])
+
+
+def test_grouped_scores_equal_the_per_client_path_up_to_rounding():
+    """The whole evaluation of a cell whose 50 clients hold 5 cluster models (a 784-200-10 MLP, each
+    cluster's 10 clients on its 200 shared test rows, 40 training rows each): with identical models
+    grouped (one pass per model over its distinct rows) against every client through the wide per-client
+    path as before: the same correct predictions per client, losses equal to float32 rounding."""
+    gen = torch.Generator().manual_seed(5)
+    x, y = torch.rand(3000, 784, generator=gen), torch.randint(0, 10, (3000,), generator=gen)
+    cluster = torch.arange(50) % 5
+    train = ClientIndex.from_lists([np.arange(40 * c, 40 * c + 40) for c in range(50)], "cpu")
+    test = ClientIndex.from_lists([np.arange(2000 + 200 * int(k), 2200 + 200 * int(k)) for k in cluster], "cpu")
+    data = FederatedData(x, y, train, test, 10)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 200), nn.ReLU(), nn.Dropout(0.5), nn.Linear(200, 10))
+    models = [{k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in model_weights(model).items()} for _ in range(5)]
+    stacked = {k: torch.stack([models[int(c)][k] for c in cluster]) for k in models[0]}
+    everyone = torch.arange(50)
+    for index in (data.test, data.train):
+        grouped = evaluate_clients(model, stacked, data, index, everyone)
+        with torch.inference_mode():
+            model.eval()
+            budget = budget_bytes(data.x.device, None)
+            row_bytes = evaluation_bytes_per_row(model, data.input_shape)
+            weight_bytes = sum(v[0].numel() * v.element_size() for v in stacked.values())
+            each = evaluate_module._evaluate_own_models(model, stacked, data, index, everyone, None, budget, row_bytes,
+                                                        weight_bytes)
+        np.testing.assert_array_equal(grouped.samples, each.samples)
+        np.testing.assert_array_equal(grouped.correct, each.correct)
+        np.testing.assert_allclose(grouped.loss_sum, each.loss_sum, rtol=1e-5)
+        np.testing.assert_allclose(grouped.macro_f1, each.macro_f1, rtol=1e-12)

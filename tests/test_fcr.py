@@ -386,3 +386,76 @@ def test_flt_code_reading_builds_the_released_codes_graph(monkeypatch):
     # the order of UMAP's fit is part of the reading: client order 0..8 embeds the same centres elsewhere
     in_order = ALGORITHMS["flt"](**{**code, "umap_order": "clients"}).init(fed, model_weights(fed.model))
     assert not np.allclose(in_order["centres_2d"], state["centres_2d"])
+
+
+UMAP_IN_A_FRESH_PROCESS = """
+import json, sys, time
+import numpy as np
+from fedbench.clustering.fcr import embed_centres
+
+rng = np.random.default_rng(0)
+centres = rng.normal(size=(40, 3, 16))
+start = time.process_time()
+fitted = embed_centres(centres, seed=7)
+transformed = embed_centres(centres, seed=7, transform=True)
+seconds = time.process_time() - start
+import umap.umap_ as umap_module
+kernels = [umap_module.smooth_knn_dist, umap_module.compute_membership_strengths]
+print(json.dumps({"z": np.concatenate([fitted.ravel(), transformed.ravel()]).tolist(), "seconds": seconds,
+                  "hits": sum(sum(k.stats.cache_hits.values()) for k in kernels),
+                  "misses": sum(sum(k.stats.cache_misses.values()) for k in kernels)}))
+"""
+
+
+def umap_process(cache_dir) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
+           "NUMBA_NUM_THREADS": "1", "NUMBA_CACHE_DIR": str(cache_dir)}
+    out = subprocess.run([sys.executable, "-c", UMAP_IN_A_FRESH_PROCESS], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_umap_kernels_compiled_once_are_loaded_from_numba_cache_with_the_same_numbers(tmp_path):
+    """With a numba cache directory (the workflow's jobs: .snakemake/numba_cache), the first process compiles
+    UMAP's kernels and keeps them there, a second process loads them instead of compiling (cache hits, no
+    misses) and embeds the same centres to the same numbers, bit for bit, fit_transform and the code's
+    per-client transform alike."""
+    first = umap_process(tmp_path / "numba")
+    second = umap_process(tmp_path / "numba")
+    assert first["misses"] > 0 and first["hits"] == 0  # compiled, then saved
+    assert second["hits"] > 0 and second["misses"] == 0  # loaded
+    assert second["z"] == first["z"]
+
+
+def test_umap_kernels_are_cached_only_where_numba_has_a_cache_directory(monkeypatch, tmp_path):
+    """``cache_umap_kernels`` turns numba's file cache on for umap-learn's compiled functions where
+    ``NUMBA_CACHE_DIR`` is set, and leaves them alone otherwise (nothing is written beside umap-learn's
+    installed sources).  (Every dispatcher's cache is put back afterwards.)"""
+    import sys
+
+    import numba
+    import umap.umap_  # noqa: F401  (the modules whose functions are turned on)
+    from numba.core.caching import NullCache
+    from numba.core.dispatcher import Dispatcher
+
+    kernels = [value for name, module in list(sys.modules.items()) if module is not None
+               and (name == "umap" or name.startswith("umap.")) for value in vars(module).values()
+               if isinstance(value, Dispatcher)]
+    for kernel in kernels:
+        monkeypatch.setattr(kernel, "_cache", NullCache())
+    monkeypatch.setattr(FCR_MODULE, "_UMAP_CACHED", False)
+    monkeypatch.setattr(numba.config, "CACHE_DIR", "")
+    assert not FCR_MODULE.cache_umap_kernels()
+    assert all(isinstance(kernel._cache, NullCache) for kernel in kernels)
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+    assert FCR_MODULE.cache_umap_kernels()
+    turned_on = [kernel for kernel in kernels if not isinstance(kernel._cache, NullCache)]
+    assert len(turned_on) > 50 and sys.modules["umap.umap_"].smooth_knn_dist in turned_on

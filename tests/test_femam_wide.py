@@ -289,6 +289,21 @@ def test_the_levels_logits_are_kept_while_the_level_is_the_same_tensors():
     check(4, added, 15, 13)  # level 4 added: the first three read
 
 
+def test_clients_holding_the_same_additive_model_are_evaluated_level_by_level():
+    """Clients 0 and 3 hold the same levels and mask (one cluster's model): evaluation does not group them
+    onto the one-model path (tests/test_evaluate.py) but runs every client level by level, each level's
+    table kept for all of them."""
+    data = images(COUNTS)
+    module = AdditiveLevels(conv_bn(), 3)
+    weights = start_weights(module, len(COUNTS), ACTIVE)
+    weights = {k: v.index_select(0, torch.tensor([0, 1, 2, 0, 4])) for k, v in weights.items()}
+    everyone = torch.arange(len(COUNTS))
+    cache = LevelLogits()
+    got = scores(conv_bn, 3, "sum", weights, data, data.test, everyone, cache)
+    assert cache.computed == 3 and all(torch.equal(kept[1], everyone) for kept in cache.kept.values())
+    assert_same_scores(got, scores(conv_bn, 3, "sum", weights, data, data.test, everyone))
+
+
 def test_a_femam_run_scores_as_with_every_level_evaluated(monkeypatch):
     """Six FeMAM rounds (as above: a level added at rounds 2 and 3, client 1 dropping level 2 by
     Eq. 9), each scored as the pipeline scores it (test, validation and training rows): with the

@@ -179,6 +179,51 @@ def test_fesem_as_flt_code_clusters_all_models_and_averages_per_cluster_by_hand(
             torch.testing.assert_close(state["clients"][k], torch.stack([f * v for f in factors]), rtol=1e-5, atol=1e-6)
 
 
+def whole_row_in_place(stacked, adjacency, samples):
+    """The authors' in-place loop over whole float64 rows: ``neighbour_average(in_place=True)`` before it
+    ran over blocks of columns (main at 2e2b0e1)."""
+    weights = torch.as_tensor(adjacency, dtype=torch.float64) * samples.to(torch.float64)[None, :]
+    weights = weights / weights.sum(1, keepdim=True)
+    out = {}
+    for name, value in stacked.items():
+        if not value.is_floating_point():
+            out[name] = value
+            continue
+        flat = value.reshape(len(value), -1).to(torch.float64).clone()
+        for m in range(len(flat)):
+            flat[m] = weights[m] @ flat
+        out[name] = flat.to(value.dtype).view_as(value)
+    return out
+
+
+@pytest.mark.parametrize("clients, shapes, block_bytes", [
+    (100, [(200, 784), (200,), (10, 200), (10,)], None),  # FLT's MLP at flt_claims' 100 clients, the default blocks
+    (100, [(200, 784), (10,)], 1 << 16),  # blocks of 64 columns: many blocks, a short last one
+    (37, [(50, 33), (7,), (3, 3)], 1 << 12),  # odd sizes, columns not a multiple of the block
+])
+def test_in_place_average_over_column_blocks_equals_the_whole_row_loop_bit_for_bit(monkeypatch, clients, shapes, block_bytes):
+    """The in-place loop (FeSEM as FLT's code, FLT's ``aggregation: in_place``) runs over blocks of columns
+    that stay in cache; every entry is the same float64 dot product as over whole rows, so the float32
+    models are equal bit for bit (a float64 tensor too, and the input is left as it was)."""
+    import fedbench.algorithms.flt as flt
+
+    if block_bytes is not None:
+        monkeypatch.setattr(flt, "IN_PLACE_BLOCK_BYTES", block_bytes)
+    g = torch.Generator().manual_seed(clients)
+    stacked = {f"t{i}": 0.05 * torch.randn(clients, *shape, generator=g) for i, shape in enumerate(shapes)}
+    stacked["f64"] = torch.randn(clients, 5, generator=g, dtype=torch.float64)
+    stacked["count"] = torch.arange(clients)
+    before = {k: v.clone() for k, v in stacked.items()}
+    rng = np.random.default_rng(clients)
+    samples = torch.from_numpy(rng.integers(300, 900, clients))
+    blocks = rng.integers(0, 5, clients)
+    for adjacency in ((blocks[:, None] == blocks[None, :]).astype(float), (rng.random((clients, clients)) < 0.3) | np.eye(clients, dtype=bool)):
+        got, expected = neighbour_average(stacked, adjacency, samples, in_place=True), whole_row_in_place(stacked, adjacency, samples)
+        for k in stacked:
+            assert got[k].dtype == expected[k].dtype and torch.equal(got[k], expected[k]), k
+            assert torch.equal(stacked[k], before[k])
+
+
 def test_neighbour_average_keeps_integer_buffers_and_dtypes():
     """FLT's server average (Algorithm 3, w_m <- sum_j Ã_mj n_j w_j / sum_j Ã_mj n_j) averages the
     floating tensors only: an integer buffer (BatchNorm's ``num_batches_tracked``) is left as it is,

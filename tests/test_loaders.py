@@ -1,5 +1,6 @@
 """Dataset sources read TINY files written in each real on-disk format (IDX, CIFAR pickles, Tiny ImageNet
-JPEG folders, LEAF JSON) through the same torchvision / JSON code paths as the full datasets."""
+JPEG folders, LEAF JSON) through the same code paths as the full datasets (torchvision's, JSON, and for the
+MNIST family's IDX files fedbench's own parser, checked against torchvision's)."""
 
 from __future__ import annotations
 
@@ -335,3 +336,63 @@ def test_planning_spells_torchvisions_file_names():
         assert CIFAR_FILES[cls.base_folder] == tuple(name for name, _ in cls.train_list + cls.test_list) + (cls.meta["filename"],)
     assert [tvd.MNIST.__name__, tvd.FashionMNIST.__name__, tvd.EMNIST.__name__] == ["MNIST", "FashionMNIST", "EMNIST"]
     assert list(IDX_NAMES) == MNIST_NAMES
+
+
+# ----------------------------------------------------------------------------- the MNIST family without torchvision
+
+
+@pytest.mark.parametrize("kind, dtype, shape", [(8, ">u1", (5, 3, 4)), (9, ">i1", (7,)), (11, ">i2", (2, 3)),
+                                                (12, ">i4", (6,)), (13, ">f4", (2, 2, 2)), (14, ">f8", (3, 1))])
+def test_idx_files_are_parsed_as_torchvision_parses_them(tmp_path, kind, dtype, shape):
+    """``read_idx`` (what the MNIST family's loaders read with, so that a job does not import torchvision)
+    gives the array torchvision's ``read_sn3_pascalvincent_tensor`` gives, for every IDX element type."""
+    from torchvision.datasets.mnist import read_sn3_pascalvincent_tensor
+
+    from fedbench.data.vision import read_idx
+
+    array = (np.random.default_rng(kind).normal(size=shape) * 100).astype(dtype)
+    payload = struct.pack(">BBBB", 0, 0, kind, len(shape)) + struct.pack(f">{len(shape)}I", *shape) + array.tobytes()
+    (tmp_path / "f").write_bytes(payload)
+    ours = read_idx(payload)
+    theirs = read_sn3_pascalvincent_tensor(str(tmp_path / "f")).numpy()
+    assert ours.shape == theirs.shape and np.array_equal(ours.astype(theirs.dtype), theirs)
+    with pytest.raises(ValueError, match="not an IDX file"):
+        read_idx(b"\x01\x02\x03\x04")
+
+
+def test_mnist_family_reads_the_same_floats_as_torchvision(tmp_path):
+    """Fashion-MNIST and MNIST read from their IDX files equal the images and labels torchvision's dataset
+    classes read, scaled by torchvision's ``to_dtype(scale=True)`` and normalised by its ``normalize``,
+    bit for bit (every uint8 value among the pixels)."""
+    import torch
+    import torchvision.datasets as tvd
+    import torchvision.transforms.v2.functional as TF
+
+    from fedbench.data.vision import to_float_images
+
+    every_value = torch.arange(256, dtype=torch.uint8).view(1, 1, 16, 16)
+    assert torch.equal(torch.from_numpy(to_float_images(every_value, None)), TF.to_dtype(every_value, torch.float32, scale=True))
+    for source, cls, normalize in (("fashion_mnist", tvd.FashionMNIST, "none"), ("mnist", tvd.MNIST, "half")):
+        write_mnist(tmp_path / cls.__name__ / "raw", MNIST_NAMES, 9, 4, compress=False)
+        ds = load_dataset({"source": source, "normalize": normalize}, tmp_path)
+        parts = [cls(str(tmp_path), train=train) for train in (True, False)]
+        x = torch.cat([TF.to_dtype(p.data[:, None], torch.float32, scale=True) for p in parts])
+        if normalize == "half":
+            x = TF.normalize(x, [0.5], [0.5])
+        assert np.array_equal(ds.x, x.numpy()) and ds.x.dtype == np.float32
+        assert np.array_equal(ds.y, torch.cat([p.targets for p in parts]).numpy()) and ds.y.dtype == np.int64
+
+
+def test_reading_fashion_mnist_imports_no_torchvision(tmp_path):
+    """A training job reads Fashion-MNIST without importing torchvision (which imports torch._dynamo: 2 CPU s)."""
+    import subprocess
+    import sys
+
+    write_mnist(tmp_path / "FashionMNIST" / "raw", MNIST_NAMES, 5, 3, compress=False)
+    code = ("import sys; from fedbench.data import load_dataset; "
+            f"ds = load_dataset({{'source': 'fashion_mnist'}}, {str(tmp_path)!r}); "
+            "print(len(ds.y), 'torchvision' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["8", "False"]

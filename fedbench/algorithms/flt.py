@@ -80,10 +80,19 @@ def ground_truth_k(fed: Federation) -> int:
     return max(len(held) for held in labels.values())
 
 
-def neighbour_average(stacked: Weights, adjacency: np.ndarray, samples: torch.Tensor, in_place: bool) -> Weights:
-    """w_m <- sum_j A_mj n_j w_j / sum_j A_mj n_j for every client m (FLT case I).
+IN_PLACE_BLOCK_BYTES = 4 << 20  # float64 columns of every client that the in-place loop keeps in cache
 
-    ``in_place`` reproduces the authors' loop, which overwrites w_m before computing w_{m+1}."""
+
+def neighbour_average(stacked: Weights, adjacency: np.ndarray, samples: torch.Tensor, in_place: bool) -> Weights:
+    """w_m <- sum_j A_mj n_j w_j / sum_j A_mj n_j for every client m (FLT case I), in float64.
+
+    ``in_place`` reproduces the authors' loop, which overwrites w_m before computing w_{m+1}.  That
+    loop runs over blocks of columns (:data:`IN_PLACE_BLOCK_BYTES` of every client's float64 entries,
+    a multiple of 64 columns), each block through all M clients before the next: every entry is the
+    same dot product of the same float64 numbers as over whole rows (its column's M entries, in the
+    same order), but each of the M passes reads a block in cache instead of all M models from memory
+    (FLT's MLP, 100 clients: 127 MB a pass).  ``tests/test_flt.py`` checks the result equal to the
+    whole-row loop's, bit for bit."""
     device = next(iter(stacked.values())).device
     weights = torch.as_tensor(adjacency, dtype=torch.float64, device=device) * samples.to(device, torch.float64)[None, :]
     weights = weights / weights.sum(1, keepdim=True)
@@ -92,14 +101,18 @@ def neighbour_average(stacked: Weights, adjacency: np.ndarray, samples: torch.Te
         if not value.is_floating_point():
             out[name] = value
             continue
-        flat = value.reshape(len(value), -1).to(torch.float64)
-        if in_place:
-            flat = flat.clone()
-            for m in range(len(flat)):
-                flat[m] = weights[m] @ flat
-        else:
-            flat = weights @ flat
-        out[name] = flat.to(value.dtype).view_as(value)
+        if not in_place:
+            out[name] = (weights @ value.reshape(len(value), -1).to(torch.float64)).to(value.dtype).view_as(value)
+            continue
+        source = value.reshape(len(value), -1)
+        result = torch.empty_like(source)
+        width = max(64, IN_PLACE_BLOCK_BYTES // (8 * max(len(source), 1)) // 64 * 64)
+        for start in range(0, source.shape[1], width):
+            block = source[:, start : start + width].to(torch.float64, copy=True).contiguous()  # the loop overwrites it
+            for m in range(len(block)):
+                block[m] = weights[m] @ block
+            result[:, start : start + width] = block
+        out[name] = result.view_as(value)
     return out
 
 

@@ -40,7 +40,9 @@ Fidelity: paper default vs the authors' code (notes §4.4, §4.7 of
   default is ``"auto"``, one k-means++ run).
 
 Cost: UMAP's first call in a process JIT-compiles numba kernels (~20-40 s on a 2-core
-machine); later calls are fast.  Distances are computed in row blocks with ``cdist`` on all
+machine); later calls are fast.  umap-learn does not ask numba to keep them on disk; where a
+numba cache directory is set (``NUMBA_CACHE_DIR``, which the workflow sets for its jobs) they are
+kept there and loaded by later processes instead of compiled (:func:`cache_umap_kernels`).  Distances are computed in row blocks with ``cdist`` on all
 M*k points (memory ``block * k * M * k`` floats), ``"matching"`` by a vectorised exact
 bitmask DP (O(M^2 k 2^k)).
 """
@@ -183,6 +185,43 @@ def code_client_order(num_clients: int) -> np.ndarray:
     return rs.choice(num_clients, num_clients, replace=False)
 
 
+_UMAP_CACHED = False
+
+
+def cache_umap_kernels() -> bool:
+    """Have numba keep umap-learn's compiled kernels in its cache directory (``NUMBA_CACHE_DIR``) and load
+    them from there in later processes: UMAP's first call in a process otherwise compiles them again
+    (measured: 16-18 CPU s for ``fit_transform`` on 500 centres, 8 more for the code's per-client
+    ``transform``; 1 and 2 s with the cache, docs/performance.md).  umap-learn's functions are
+    ``numba.njit`` without ``cache=True``; this turns numba's own file cache on for every compiled
+    function of the loaded ``umap`` modules (``Dispatcher.enable_caching``, what ``cache=True`` does),
+    before any of them compiles.  The cached machine code is what the compilation produced, so UMAP
+    computes the same numbers (tests/test_fcr.py runs it twice in fresh processes).  Only where a
+    cache directory is set, so that nothing is written beside umap-learn's installed sources; returns
+    whether caching is on."""
+    global _UMAP_CACHED
+    import sys
+
+    import numba
+
+    if _UMAP_CACHED or not numba.config.CACHE_DIR:
+        return _UMAP_CACHED
+    from numba.core.caching import NullCache
+    from numba.core.dispatcher import Dispatcher
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "umap" or name.startswith("umap.")):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, Dispatcher) and isinstance(value._cache, NullCache):
+                try:
+                    value.enable_caching()
+                except RuntimeError:  # numba cannot place this function's cache: it compiles as before
+                    pass
+    _UMAP_CACHED = True
+    return True
+
+
 def embed_centres(
     centres: np.ndarray,
     n_neighbors: int = 15,
@@ -203,7 +242,7 @@ def embed_centres(
     embedding: umap-learn recognises its training data).  ``order``: a permutation of the clients,
     the order in which their centres are stacked for the fit (the code's: :func:`code_client_order`);
     None: 0..M-1.  The result is in client order either way.  The first UMAP call of a process
-    compiles numba code (~20-40 s).
+    compiles numba code (~20-40 s; see :func:`cache_umap_kernels`).
     """
     centres = np.asarray(centres, dtype=np.float64)
     m, k, e = centres.shape
@@ -216,6 +255,7 @@ def embed_centres(
     with torch_threads_kept():
         import umap  # imported lazily: importing umap-learn is slow (numba)
 
+        cache_umap_kernels()
         reducer = umap.UMAP(
             n_neighbors=max(2, min(n_neighbors, len(x) - 1)), min_dist=min_dist, metric=metric,
             n_components=n_components, random_state=seed,

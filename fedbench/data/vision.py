@@ -1,4 +1,6 @@
-"""Image datasets read from their official on-disk formats with torchvision's dataset classes.
+"""Image datasets read from their official on-disk formats with torchvision's dataset classes, but
+MNIST's and Fashion-MNIST's IDX files by :func:`read_idx` (torchvision's parsing, without importing
+torchvision: 2 CPU s of every training job's start-up).
 
 Every source pools the official train and test sets into one :class:`ArrayDataset` (train
 samples first, then test samples, ``test_mask`` marking the latter) with images as float32
@@ -105,7 +107,11 @@ def to_float_images(images: np.ndarray | torch.Tensor, normalize, chunk: int = 8
     images = torch.as_tensor(images)
     out = np.empty(tuple(images.shape), dtype=np.float32)
     for start in range(0, len(images), chunk):
-        part = TF.to_dtype(images[start : start + chunk], torch.float32, scale=True)
+        part = images[start : start + chunk]
+        if part.dtype == torch.uint8:  # torchvision's to_dtype(scale=True) for uint8, without importing it
+            part = part.to(torch.float32).mul_(1.0 / 255)
+        else:
+            part = TF.to_dtype(part, torch.float32, scale=True)
         if stats is not None:
             mean, std = stats
             channels = part.shape[1]
@@ -171,6 +177,36 @@ def _prepare_idx(dataset: str, raw: Path, names: Sequence[str], how: str = _IDX_
                 os.replace(Path(scratch) / name, raw / name)
 
 
+# IDX element types (the third byte of the magic number), big-endian as the format stores them
+IDX_TYPES = {8: ">u1", 9: ">i1", 11: ">i2", 12: ">i4", 13: ">f4", 14: ">f8"}
+
+
+def read_idx(data: bytes) -> np.ndarray:
+    """The array an IDX file's bytes hold, as torchvision's ``read_sn3_pascalvincent_tensor`` parses them
+    (magic: two zero bytes, the type, the number of dimensions; the big-endian sizes; the elements)."""
+    kind, dims = data[2], data[3]
+    if data[:2] != b"\x00\x00" or kind not in IDX_TYPES or not 1 <= dims <= 3:
+        raise ValueError(f"not an IDX file (magic {data[:4].hex()})")
+    shape = [int.from_bytes(data[4 * (i + 1) : 4 * (i + 2)], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=IDX_TYPES[kind], offset=4 * (dims + 1), count=int(np.prod(shape))).reshape(shape)
+
+
+MNIST_CLASSES = 10  # MNIST's and Fashion-MNIST's (torchvision's ``classes`` of both)
+
+
+def _read_mnist_files(directory: Path, normalize) -> ArrayDataset:
+    """MNIST or Fashion-MNIST from the four files of :data:`IDX_NAMES` in ``directory``, each read
+    plain or, where only ``<name>.gz`` is there, decompressed in memory."""
+    import gzip
+
+    def read(name: str) -> np.ndarray:
+        plain = directory / name
+        return read_idx(plain.read_bytes() if plain.exists() else gzip.decompress((directory / f"{name}.gz").read_bytes()))
+
+    x_train, y_train, x_test, y_test = (read(name) for name in IDX_NAMES)
+    return _pool((x_train[:, None], y_train), (x_test[:, None], y_test), MNIST_CLASSES, normalize)
+
+
 def _raw(root: Path, cls_name: str) -> Path:
     """Where torchvision's MNIST-family class ``cls_name`` reads its IDX files: ``<root>/<cls_name>/raw``."""
     return Path(root) / cls_name / "raw"
@@ -183,10 +219,13 @@ def _read_idx_pair(cls, dataset: str, root: Path, names: Sequence[str], download
     return [cls(str(root), train=train, download=download, **kwargs) for train in (True, False)]
 
 
-def _mnist_like(cls, dataset: str, root: Path, download: bool, normalize) -> ArrayDataset:
-    train, test = _read_idx_pair(cls, dataset, root, IDX_NAMES, download)
-    train_part, test_part = (train.data[:, None], train.targets), (test.data[:, None], test.targets)
-    return _pool(train_part, test_part, len(train.classes), normalize)
+def _mnist_like(name: str, dataset: str, root: Path, download: bool, normalize, how: str = _IDX_HOW) -> ArrayDataset:
+    """MNIST or Fashion-MNIST (torchvision's class ``name``) from ``<root>/<name>/raw``; torchvision is
+    imported only to download the files or to decompress a ``.gz`` in place (:func:`_prepare_idx`)."""
+    if download:
+        _read_idx_pair(getattr(tvd, name), dataset, root, IDX_NAMES, download)
+    _prepare_idx(dataset, _raw(root, name), IDX_NAMES, how)
+    return _read_mnist_files(_raw(root, name), normalize)
 
 
 @DATASETS.register("mnist", facts=lambda p: DatasetFacts(10, 70000, input_shape=(1, 28, 28), test_samples=10000),
@@ -196,7 +235,7 @@ def load_mnist(root: Path = Path("data"), *, normalize="half", download: bool = 
 
     Default ``normalize: half`` = Normalize(0.5, 0.5) as PerMFL's MNIST reader (pFedMT, notes §3.2);
     FLT uses ToTensor only (``normalize: none``, §4.2)."""
-    return _mnist_like(tvd.MNIST, "mnist", root, download, normalize)
+    return _mnist_like("MNIST", "mnist", root, download, normalize)
 
 
 # Debian's package ``dataset-fashion-mnist`` (``apt-get install dataset-fashion-mnist``, 30 MB) installs the
@@ -206,23 +245,6 @@ DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
 def _has_idx(directory: Path, names: Sequence[str]) -> bool:
     return all((directory / name).exists() or (directory / f"{name}.gz").exists() for name in names)
-
-
-def _read_gzipped_idx(directory: Path, names: Sequence[str]) -> list[torch.Tensor]:
-    """The IDX files ``<name>.gz`` of a read-only ``directory`` through torchvision's IDX reader, each
-    decompressed into a temporary directory (torchvision reads uncompressed files only)."""
-    import gzip
-    import shutil
-
-    from torchvision.datasets.mnist import read_sn3_pascalvincent_tensor
-
-    out = []
-    with tempfile.TemporaryDirectory(prefix="fedbench-idx-") as scratch:
-        for name in names:
-            with gzip.open(directory / f"{name}.gz", "rb") as packed, open(Path(scratch) / name, "wb") as plain:
-                shutil.copyfileobj(packed, plain)
-            out.append(read_sn3_pascalvincent_tensor(str(Path(scratch) / name), strict=False))
-    return out
 
 
 def _fashion_mnist_system_copy(root: Path, system_copy: bool) -> bool:
@@ -251,11 +273,8 @@ def load_fashion_mnist(root: Path = Path("data"), *, normalize="none", download:
 
     Default ``normalize: none``: FLT pretrains its Enc2 autoencoder on it with ToTensor only (notes §4.2-4.3)."""
     if not download and _fashion_mnist_system_copy(root, system_copy):
-        x_train, y_train, x_test, y_test = _read_gzipped_idx(DEBIAN_FASHION_MNIST, IDX_NAMES)
-        return _pool((x_train[:, None], y_train), (x_test[:, None], y_test), len(tvd.FashionMNIST.classes), normalize)
-    if not download:
-        _prepare_idx("fashion_mnist", _raw(root, "FashionMNIST"), IDX_NAMES, _fashion_mnist_how(system_copy))
-    return _mnist_like(tvd.FashionMNIST, "fashion_mnist", root, download, normalize)
+        return _read_mnist_files(DEBIAN_FASHION_MNIST, normalize)  # read in place (read-only), .gz in memory
+    return _mnist_like("FashionMNIST", "fashion_mnist", root, download, normalize, _fashion_mnist_how(system_copy))
 
 
 # EMNIST split -> (classes, train + test samples) of the official files (letters: label 0 unused)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -121,25 +121,59 @@ def evaluate_clients(
     """Client ``clients[c]``'s model (row c of ``stacked``) on that client's rows of ``index``.
 
     When every client holds the same model (a global model: FedAvg, FedMR, ...), the model runs
-    once over the distinct rows the clients need (:func:`_evaluate_shared_model`).  Otherwise
-    clients are evaluated in groups of similar size (:func:`size_buckets`), so padding never
+    once over the distinct rows the clients need (:func:`_evaluate_shared_model`); so does every
+    model that several clients hold, bit for bit (:func:`identical_models`: IFCA's and CFL's
+    cluster models, FLT's and PCA+kM+HC's cluster averages), over the distinct rows of its clients
+    (clients of one cluster share its test rows).  The other clients are evaluated in groups of
+    similar size (:func:`size_buckets`), so padding never
     costs more than the real rows; a group runs as one wide model (:mod:`fedbench.engine.wide_model`;
     ``vmap`` for models that do not fold) over blocks of rows.  Groups (at most ``chunk_size``
     clients; convolutional models on the CPU: one) and blocks are sized so that a pass stays
     within the memory budget (:mod:`fedbench.engine.memory`): the group's weights plus its
     block's activations.  An additive model with ``level_logits`` (FeMAM) runs level by level and
     reads the levels unchanged since they were last evaluated on these rows
-    (:class:`~fedbench.engine.frozen_levels.LevelLogits`).
+    (:class:`~fedbench.engine.frozen_levels.LevelLogits`; its clients are not grouped by model).
+    Either way a client's numbers are its model's on its rows, equal up to float rounding
+    (``loss_sum``; a prediction only where two logits tie to rounding) to scoring the client alone
+    (tests/test_evaluate.py).
     """
-    n, num_classes = len(clients), data.num_classes
-    counts_all = index.counts[clients]
+    n = len(clients)
     budget = budget_bytes(data.x.device, memory_mb)
     row_bytes = evaluation_bytes_per_row(model, data.input_shape)
     weight_bytes = sum(v[0].numel() * v.element_size() for v in stacked.values()) if n else 0
     if n > 1 and (is_shared(stacked) or all(torch.equal(v, v[:1].expand_as(v)) for v in stacked.values())):
-        clients_per_pass(weight_bytes + row_bytes, budget, 1, "evaluation")  # one model and one row fit
-        block = max(1, (budget - weight_bytes) // row_bytes)
-        return _evaluate_shared_model(model, {k: v[0] for k, v in stacked.items()}, data, index, clients, block)
+        groups = [torch.arange(n)]
+    elif getattr(model, "level_logits", None) is None:
+        groups = identical_models(stacked)
+    else:
+        groups = []
+    if not groups:
+        return _evaluate_own_models(model, stacked, data, index, clients, chunk_size, budget, row_bytes, weight_bytes)
+    clients_per_pass(weight_bytes + row_bytes, budget, 1, "evaluation")  # one model and one row fit
+    block = max(1, (budget - weight_bytes) // row_bytes)
+    parts = [(group, _evaluate_shared_model(model, {k: v[group[0]] for k, v in stacked.items()}, data, index,
+                                            clients[group.to(clients.device)], block)) for group in groups]
+    alone = torch.ones(n, dtype=torch.bool)
+    for group in groups:
+        alone[group] = False
+    alone = torch.nonzero(alone).flatten()
+    if len(alone):
+        own = {k: v[alone.to(v.device)] for k, v in stacked.items()}
+        parts.append((alone, _evaluate_own_models(model, own, data, index, clients[alone.to(clients.device)],
+                                                  chunk_size, budget, row_bytes, weight_bytes)))
+    out = Scores(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n))
+    for positions, scores in parts:
+        for field in fields(Scores):
+            getattr(out, field.name)[positions.numpy()] = getattr(scores, field.name)
+    return out
+
+
+def _evaluate_own_models(model: nn.Module, stacked: Weights, data: FederatedData, index: ClientIndex,
+                         clients: torch.Tensor, chunk_size: int | None, budget: int, row_bytes: int,
+                         weight_bytes: int) -> Scores:
+    """:func:`evaluate_clients` for clients with a model each: groups of similar size, each a wide model."""
+    n, num_classes = len(clients), data.num_classes
+    counts_all = index.counts[clients]
     typical_rows = min(max(int(counts_all.max()) if n else 1, 1), 256)
     if chunk_size is None and data.x.device.type == "cpu" and _has_conv(model):
         # on the CPU a convolution over one client's whole block already runs at the GEMM rate;
@@ -176,6 +210,44 @@ def evaluate_clients(
     if levels is not None:
         levels.keep()
     return Scores(samples, correct, loss_sum, macro_f1_from_confusion(confusion))
+
+
+KEY_ENTRIES = 16  # entries of every tensor whose bytes sort the models into candidate groups
+
+
+def identical_models(stacked: Weights) -> list[torch.Tensor]:
+    """Positions (CPU, ascending) of the rows of ``stacked`` that equal another row in every tensor, bit for
+    bit, one group per distinct model held by two or more rows (rows of a unique model in none).
+
+    Rows are first sorted by the bytes of :data:`KEY_ENTRIES` entries of every tensor (spread over it),
+    then every candidate's tensors are compared byte for byte with its group's first row; a
+    candidate that differs somewhere else is compared with the group's other models.  One pass
+    over the weights, a few milliseconds for 100 MLP clients."""
+    values = list(stacked.values())
+    n = len(values[0]) if values else 0
+    if n < 2:
+        return []
+    flat = [v.reshape(n, -1) for v in values]
+    key = torch.cat([torch.zeros(n, 1, dtype=torch.uint8)] + [
+        f[:, torch.linspace(0, f.shape[1] - 1, min(KEY_ENTRIES, f.shape[1])).long().to(f.device)]
+        .contiguous().view(torch.uint8).reshape(n, -1).cpu() for f in flat if f.shape[1]], 1)
+    _, candidate, sizes = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
+
+    def same(a: int, b: int) -> bool:
+        return all(torch.equal(f[a].contiguous().view(torch.uint8), f[b].contiguous().view(torch.uint8)) for f in flat)
+
+    groups = []
+    for c in torch.nonzero(sizes > 1).flatten().tolist():
+        models: list[list[int]] = []  # rows of each distinct model among the candidates
+        for row in torch.nonzero(candidate == c).flatten().tolist():
+            for members in models:
+                if same(members[0], row):
+                    members.append(row)
+                    break
+            else:
+                models.append([row])
+        groups += [torch.tensor(members) for members in models if len(members) > 1]
+    return sorted(groups, key=lambda g: int(g[0]))
 
 
 def _evaluate_shared_model(model, single: Weights, data: FederatedData, index: ClientIndex, clients, block: int) -> Scores:

@@ -1,5 +1,6 @@
-"""Shared by the rule scripts: import fedbench from this repository, send all output to the job's log and
-size the thread pools from the job's cores (``use_threads(snakemake.threads)``, before torch is imported)."""
+"""Shared by the rule scripts: import fedbench from this repository, send all output to the job's log,
+size the thread pools from the job's cores (``use_threads(snakemake.threads)``, before torch is imported)
+and point numba's compile cache at ``.snakemake/numba_cache`` (``NUMBA_CACHE_DIR``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ if str(REPOSITORY) not in sys.path:
     sys.path.insert(0, str(REPOSITORY))
 
 from fedbench.threads import use_threads  # noqa: E402  (re-exported for the scripts; imports no library)
+
+# numba's compile cache, one for every job of this working directory (before any script imports numba): FLT's
+# relatedness step loads UMAP's compiled kernels from it instead of compiling them in every job
+# (fedbench.clustering.fcr.cache_umap_kernels; 20-25 CPU s a job).  A NUMBA_CACHE_DIR of the user's is kept.
+NUMBA_CACHE = Path(".snakemake") / "numba_cache"
+os.environ.setdefault("NUMBA_CACHE_DIR", str(NUMBA_CACHE.resolve()))
 
 
 def log_to(path: str) -> None:

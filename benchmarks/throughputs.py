@@ -45,10 +45,10 @@ SIZES = {
     # the papers' settings: FedAvg's 20 clients x 600 at batch 10 (MLP, CNNs), FeMAM's 50 x 900 at
     # batch 32 (ResNet-9), FedMR's 10 sampled clients x 500 at batch 50 (ResNet-20, VGG-16, LeNet)
     "paper": {"mlp": (20, 600, 10, 100, 7, 2), "fedavg_cnn": (20, 600, 10, 100, 5, 2), "leaf_cnn": (20, 600, 10, 100, 5, 2),
-              "lenet": (10, 500, 50, 100, 3, 1),
+              "lenet": (10, 500, 50, 100, 3, 1), "small_cnn": (30, 200, 32, 100, 3, 1),
               "resnet9": (50, 900, 32, 100, 3, 1), "resnet20": (10, 500, 50, 100, 3, 1), "vgg16": (10, 500, 50, 100, 3, 1)},
     "cpu": {"mlp": (20, 600, 10, 100, 3, 1), "fedavg_cnn": (4, 100, 10, 50, 3, 1), "leaf_cnn": (4, 100, 10, 50, 3, 1),
-            "lenet": (10, 100, 50, 50, 7, 1),
+            "lenet": (10, 100, 50, 50, 7, 1), "small_cnn": (10, 100, 32, 50, 7, 1),
             "resnet9": (4, 64, 32, 32, 3, 1), "resnet20": (2, 50, 50, 25, 3, 1), "vgg16": (2, 50, 50, 25, 3, 1)},
     "tiny": {name: (2, 8, 4, 4, 1, 0) for name in FAMILIES},
 }

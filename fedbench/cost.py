@@ -19,7 +19,7 @@ cell's input resolution (:func:`family_rate`), from ``config/throughputs.yaml``
 vectorised engine steps a round's clients together: one client's steps, :func:`local_steps`) and
 per evaluated round; ``python -m fedbench.cost_report --fit`` fits them to finished runs.  A job
 requests ``safety_factor`` x that.  FeMAM trains only its newest level in a round; its frozen levels'
-forward passes count (:func:`mean_levels`).  Under ``device: auto`` with a GPU, :func:`choose_device`
+forward passes count once per row (:func:`frozen_levels`).  Under ``device: auto`` with a GPU, :func:`choose_device`
 sends a cell to the CPU where it is estimated faster there.  Where the file has no measured figure for
 a family on a device, the device's ``assumed`` throughput stands in and the estimate is
 reported as uncalibrated.
@@ -46,10 +46,11 @@ THROUGHPUTS = Path(__file__).resolve().parents[1] / "config" / "throughputs.yaml
 
 # model architecture -> the family whose measured throughput it uses (the benchmark's families)
 # (LeNet-5, FedMR's and FLT's CNNCifar, is a family of its own: its 6- and 16-channel convolutions run at
-# about half the FedAvg CNN's FLOP/s on the CPU)
+# about half the FedAvg CNN's FLOP/s on the CPU; so is FeMAM's analogues' small CNN, 8 and 16 channels)
 FAMILIES = {
     "mlr": "mlp", "mlp": "mlp", "mlp_dropout": "mlp",
-    "fedavg_cnn": "fedavg_cnn", "pfedme_cnn": "fedavg_cnn", "small_cnn": "fedavg_cnn", "convae": "fedavg_cnn",
+    "fedavg_cnn": "fedavg_cnn", "pfedme_cnn": "fedavg_cnn", "convae": "fedavg_cnn",
+    "small_cnn": "small_cnn",
     "lenet_cifar": "lenet", "fedmr_cnn": "lenet",
     "leaf_cnn": "leaf_cnn", "fedmr_femnist_cnn": "leaf_cnn",
     "resnet9": "resnet9", "resnet20": "resnet20", "vgg16": "vgg16", "fedmr_vgg16_mnist": "vgg16",
@@ -152,19 +153,21 @@ def femam_schedule(algorithm: dict, rounds: int) -> list[int]:
     return [end - start for start, end in zip([0, *ends[:-1]], ends)]
 
 
-def mean_levels(algorithm: dict, rounds: int) -> float:
-    """Models a sample goes through, on the average round: FeMAM's additive model sums the outputs of
-    every level it holds (:func:`femam_schedule`); 1 for every other algorithm."""
+def frozen_levels(algorithm: dict, rounds: int) -> int:
+    """Levels FeMAM freezes within ``rounds`` (every level of :func:`femam_schedule` that trains, but the
+    last); 0 for every other algorithm.  A frozen level's logits are computed once per row and kept
+    (:mod:`fedbench.engine.frozen_levels`: the training table and ``LevelLogits`` in evaluation), so it
+    costs one forward per row once, not one per sample and round."""
     if algorithm["method"] != "femam" or rounds < 1:
-        return 1.0
-    return sum((level + 1) * n for level, n in enumerate(femam_schedule(algorithm, rounds))) / rounds
+        return 0
+    return max(0, sum(n > 0 for n in femam_schedule(algorithm, rounds)) - 1)
 
 
 def local_passes(algorithm: dict, training: dict) -> float:
     """Epochs one participating client runs per round over its training set: ``local_epochs``,
     times the models it trains (Ditto: global and personal; FedRep: head then body epochs).
     FeMAM trains only its newest level each round (the earlier ones are frozen: their forward is
-    counted by :func:`mean_levels`, not as training)."""
+    counted by :func:`frozen_levels`, not as training)."""
     method = algorithm["method"]
     epochs = training["local_epochs"]
     if method == "fedrep":
@@ -296,20 +299,21 @@ def overhead(table: dict, device: str, name: str) -> float:
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it.
     Training: rounds x :func:`training_clients` x :func:`local_samples` (the vectorised engine's padded
-    batches for a model without BatchNorm).  A model of several levels (FeMAM, :func:`mean_levels`)
-    trains its newest level and runs the forward of the frozen ones for every trained sample, and
-    scores with all of them."""
+    batches for a model without BatchNorm).  A model of several levels (FeMAM) trains and scores its
+    newest level; each level it freezes (:func:`frozen_levels`) runs one forward per training and
+    evaluated row, once (its logits are kept)."""
     training = spec["training"]
     cost = model_cost(spec["model"], shape.input_shape, shape.num_classes)
     rounds = training["rounds"]
-    levels = mean_levels(spec["algorithm"], rounds)
+    frozen = frozen_levels(spec["algorithm"], rounds)
     padded = training.get("engine", "vectorised") == "vectorised" and not cost.batchnorm
     samples = local_samples(spec["algorithm"], training, shape, padded)
     trained = rounds * training_clients(spec["algorithm"], training, shape) * samples
     scored_rounds = evaluations(training)
     train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else scored_rounds
     scored = scored_rounds * EVALUATED_MODELS * shape.eval_samples + train_evaluations * shape.train_samples
-    return trained * (cost.train_flops + (levels - 1) * cost.eval_flops), scored * levels * cost.eval_flops
+    return (trained * cost.train_flops + frozen * shape.train_samples * cost.eval_flops,
+            (scored + frozen * (shape.eval_samples + shape.train_samples)) * cost.eval_flops)
 
 
 @functools.lru_cache(maxsize=4)
@@ -332,7 +336,7 @@ def device_kind(device: str) -> str:
 
 # the input each family's figure is measured at when its entry does not say (benchmarks/throughputs.py)
 BENCHMARK_INPUTS = {
-    "mlp": (784,), "fedavg_cnn": (1, 28, 28), "leaf_cnn": (1, 28, 28), "lenet": (1, 28, 28),
+    "mlp": (784,), "fedavg_cnn": (1, 28, 28), "leaf_cnn": (1, 28, 28), "lenet": (1, 28, 28), "small_cnn": (1, 28, 28),
     "resnet9": (3, 32, 32), "resnet20": (3, 32, 32), "vgg16": (3, 32, 32),
 }
 # the registry model each family is benchmarked with, where it is not the family's own name

@@ -11,7 +11,7 @@ from fedbench.config import TRAINING_DEFAULTS, ConfigError
 from fedbench.plan import check_config
 from fedbench.cost import (
     CellShape, cell_cost, cell_work, choose_device, estimated_shape, family_rate, femam_schedule, local_passes, local_samples,
-    mean_levels, model_cost, runtime_minutes,
+    frozen_levels, model_cost, runtime_minutes,
 )
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
@@ -152,13 +152,14 @@ def test_femam_trains_only_its_newest_level_by_hand():
     # level 3 rounds 7-10 (the earliest schedule, exact for a test that fires as soon as it may)
     femam = {"method": "femam", "structure": ["global", "cluster", "personal"], "init_rounds": 4, "window": 2}
     assert femam_schedule(femam, 10) == [4, 2, 4]
-    assert mean_levels(femam, 10) == (4 * 1 + 2 * 2 + 4 * 3) / 10 == 2.0
+    assert frozen_levels(femam, 10) == 2 and frozen_levels(femam, 4) == 0  # levels 1 and 2 freeze; in 4 rounds none
     assert femam_schedule({"method": "femam"}, 700) == [400, 50, 50, 50, 150]  # the paper's 5 levels
     # training: 10 rounds x 0.5 x 10 clients x 2 epochs (newest level only, not x 3 levels) x 100 samples
-    # = 10,000 samples, each the newest level's forward + backward (48) and on average 1 frozen
-    # level's forward (24): 720,000; evaluation: the additive model's 2 levels on average score
-    # 2 x (2 x 200 + 1000) rows x 24 FLOPs x 2 = 134,400
-    assert cell_work({**spec(), "algorithm": femam}, SHAPE) == (10_000 * (48 + 24), 134_400)
+    # = 10,000 samples, each the newest level's forward + backward (48), and each of the 2 frozen levels'
+    # forward (24) once per training row (its logits kept): 480,000 + 2 x 1000 x 24 = 528,000;
+    # evaluation: the newest level scores 2 x (2 x 200 + 1000) rows, and each frozen level once the
+    # 200 evaluated and 1000 training rows: (2,800 + 2 x 1,200) x 24 = 124,800
+    assert cell_work({**spec(), "algorithm": femam}, SHAPE) == (10_000 * 48 + 2 * 1000 * 24, 124_800)
 
 
 def test_femam_partitions_hold_out_the_official_test_set_tiny_imagenet_95000():

@@ -20,11 +20,13 @@ def throughputs_script():
 
 def test_every_family_has_the_papers_size(throughputs_script):
     sizes = throughputs_script.SIZES["paper"]
-    assert set(sizes) == set(throughputs_script.FAMILIES) == {"mlp", "fedavg_cnn", "leaf_cnn", "lenet", "resnet9", "resnet20", "vgg16"}
+    assert set(sizes) == set(throughputs_script.FAMILIES) == {"mlp", "fedavg_cnn", "leaf_cnn", "lenet", "small_cnn",
+                                                                        "resnet9", "resnet20", "vgg16"}
     assert sizes["fedavg_cnn"][:3] == (20, 600, 10)  # FedAvg: 20 clients x 600 images, batch 10
     assert sizes["resnet9"][:3] == (50, 900, 32)  # FeMAM: 50 clients x ~900 images, batch 32
     assert sizes["resnet20"][:3] == sizes["vgg16"][:3] == sizes["lenet"][:3] == (10, 500, 50)  # FedMR: 10 sampled clients x 500, batch 50
     assert throughputs_script.FAMILIES["lenet"][:2] == ("lenet_cifar", (1, 28, 28))  # the registry's LeNet, on Fashion-MNIST's shape
+    assert sizes["small_cnn"][:3] == (30, 200, 32)  # FeMAM's offline analogues: 30 clients, up to ~200 images, batch 32
 
 
 def test_tiny_run_refreshes_only_its_family(throughputs_script, tmp_path):

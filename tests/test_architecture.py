@@ -51,6 +51,7 @@ LAYERS = {
     "fedbench.plan": 7,
     "fedbench.stale": 7,
     "fedbench.cost_report": 7,
+    "fedbench.cost_fit": 7,  # the cost report's fit of the overheads to finished runs
     "fedbench.preflight": 7,
     "fedbench.__main__": 7,  # python -m fedbench: new (the scaffold), contract
 }

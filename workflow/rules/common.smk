@@ -411,6 +411,24 @@ def claims_files():
     return [f"{RESULTS}/tables/{p}/claims.{ext}" for p in papers for ext in ("csv", "md")]
 
 
+def claims_tuning_blocks():
+    """(experiment, dataset, partition, model, algorithm) of every algorithm entry a tuned claim reads:
+    the trials the ``claims`` target runs anyway, drawn per experiment as the claims' sensitivity figure."""
+    with_cells = claimed_experiments()
+    blocks = set()
+    for name in evaluated_claims(config, None, "tuned"):
+        claim = config["claims"][name]
+        if claim["experiment"] in with_cells:
+            blocks.update((claim["experiment"], d, p, m, a) for d, p, m in claim_cells(config, name)
+                          for a in claim_algorithms(claim))
+    return sorted(blocks)
+
+
+def claims_tuning_figures():
+    """One sensitivity figure per tuned experiment a claim reads: the compared methods' trials only."""
+    return [f"{RESULTS}/figures/claims/tuning_{e}.png" for e in sorted({b[0] for b in claims_tuning_blocks()})]
+
+
 def claim_settings(paper):
     """``paper`` and, where a claim of the paper is on a tuned experiment, ``tuned``."""
     with_cells = claimed_experiments(paper)

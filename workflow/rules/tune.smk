@@ -87,6 +87,8 @@ rule tuning_figure:
             subcategory="Tuning",
             labels={"experiment": "{experiment}", "figure": "validation accuracy vs knob"},
         ),
+    params:
+        title=lambda w: f"experiment {w.experiment}: tuning trials",
     log:
         f"{RESULTS}/logs/figures/tuning_{{experiment}}.log",
     resources:
@@ -96,3 +98,24 @@ rule tuning_figure:
         "../../envs/fedbench.yaml"
     script:
         "../scripts/tuning_figure.py"
+
+
+# The same figure for the claims alone (rule claims): the trials of the methods the tuned claims compare,
+# which the claims target runs anyway, without the trials of every other tuned method.
+use rule tuning_figure as claims_tuning_figure with:
+    input:
+        trials=lambda w: [f"{RESULTS}/tuning/{e}/{d}/{p}/{m}/{a}/trials.csv"
+                          for e, d, p, m, a in claims_tuning_blocks() if e == w.experiment],
+        code=results_sources(),
+    output:
+        png=report(
+            f"{RESULTS}/figures/claims/tuning_{{experiment}}.png",
+            caption="../report/tuning_figure.rst",
+            category=experiment_category,
+            subcategory="Tuning",
+            labels={"experiment": "{experiment}", "figure": "validation accuracy vs knob, claimed methods"},
+        ),
+    params:
+        title=lambda w: f"experiment {w.experiment}: tuning trials of the methods its claims compare",
+    log:
+        f"{RESULTS}/logs/figures/claims_tuning_{{experiment}}.log",

@@ -1,4 +1,5 @@
-"""Rule ``tuning_figure``: one tuned experiment's trials, validation score against the tuned knobs."""
+"""Rules ``tuning_figure`` and ``claims_tuning_figure``: one tuned experiment's trials (every method's, or
+those its claims compare), validation score against the tuned knobs."""
 
 from common import log_to, use_threads
 
@@ -9,5 +10,5 @@ use_threads(smk.threads)
 from fedbench.results.tuning_figures import load_trials, plot_sensitivity  # noqa: E402
 
 trials = load_trials(smk.input.trials)
-plot_sensitivity(trials, smk.output.png, title=f"experiment {smk.wildcards.experiment}: tuning trials")
+plot_sensitivity(trials, smk.output.png, title=smk.params.title)
 print(trials.to_string())

@@ -78,17 +78,30 @@ def cell_shape(config: dict, cell, spec: dict):
     return shape_under(config.get("results", "results"), cell.dataset, cell.partition, cell.seed, spec)
 
 
-def planned_jobs(config: dict):
+def claimed_blocks(config: dict) -> set[tuple[str, str, str, str, str]]:
+    """(experiment, dataset, partition, model, algorithm) of every algorithm entry a claim reads."""
+    return {(config["claims"][name]["experiment"], d, p, m, a) for name in evaluated_claims(config)
+            for d, p, m in claim_cells(config, name) for a in claim_algorithms(config["claims"][name])}
+
+
+def planned_jobs(config: dict, claims_only: bool = False):
     """(row, cell, the config it runs under) of every training job the workflow may run: the cells; for a
     tuned experiment its trials (``<experiment> (tuning)``) and its tuned runs at the config's seeds
     (``<experiment> (tuned)``); and the seeds the claims' looks may add, at most (``claims: added seeds,
-    at most``: every claim undecided until the design's cap, at the paper's setting and tuned)."""
+    at most``: every claim undecided until the design's cap, at the paper's setting and tuned).
+    ``claims_only``: those of the ``claims`` target alone, the algorithm entries a claim reads."""
+    keep = claimed_blocks(config) if claims_only else None
+
+    def kept(cell: Cell) -> bool:
+        return keep is None or (cell.experiment, cell.dataset, cell.partition, cell.model, cell.algorithm) in keep
+
     for cell in expand_cells(config):
-        yield cell.experiment, cell, config
+        if kept(cell):
+            yield cell.experiment, cell, config
     for experiment in tuned_experiments(config):
         block = tune_block(config, experiment)
         blocks = sorted({(c.dataset, c.partition, c.model, c.algorithm) for c in expand_cells(config)
-                         if c.experiment == experiment})
+                         if c.experiment == experiment and kept(c)})
         for d, p, m, a in blocks:
             for trial in range(block["trials"]):
                 trial_cfg = trial_config(config, experiment, a, trial)
@@ -108,15 +121,15 @@ def planned_jobs(config: dict):
         yield ADDED_SEEDS, cell, config
 
 
-def config_costs(config: dict) -> dict[str, dict]:
+def config_costs(config: dict, claims_only: bool = False) -> dict[str, dict]:
     """Per row of :func:`planned_jobs` (an experiment, its tuning, its tuned runs, the claims' added
-    seeds): ``jobs`` (training cells), per device ``hours`` and whether every figure was ``calibrated``,
+    seeds; ``claims_only``: of the ``claims`` target alone): ``jobs`` (training cells), per device ``hours`` and whether every figure was ``calibrated``,
     ``estimated`` (some shape came from dataset facts) and ``failing`` (cells whose model cannot be built
     for their data: not counted in the hours)."""
     table = throughputs()
     out: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "hours": dict.fromkeys(DEVICES, 0.0), "failing": {},
                                                  "calibrated": dict.fromkeys(DEVICES, True), "estimated": False})
-    for name, cell, cfg in planned_jobs(config):
+    for name, cell, cfg in planned_jobs(config, claims_only):
         spec = resolve_cell(cfg, cell)
         spec["training"] = {**TRAINING_DEFAULTS, **spec["training"]}
         shape = cell_shape(config, cell, spec)
@@ -138,13 +151,13 @@ def _hours(value: float, calibrated: bool) -> str:
     return f"{value:,.1f}{'' if calibrated else '*'}"
 
 
-def report(path: str) -> str:
-    """The cost table of one config file and its summary line."""
+def report(path: str, claims_only: bool = False) -> str:
+    """The cost table of one config file (``claims_only``: of its ``claims`` target) and its summary line."""
     config = load_yaml_strict(path)
     load_plugins(config.get("plugins") or ())  # a plugin's dataset source, partitioner or model
-    costs = config_costs(config)
+    costs = config_costs(config, claims_only)
     partitions = len(expand_partitions(config))
-    lines = [f"{path}", f"  {'experiment':<34} {'jobs':>6} {'CPU-hours':>12} {'GPU-hours':>12}"]
+    lines = [f"{path}{' (target claims)' if claims_only else ''}", f"  {'experiment':<34} {'jobs':>6} {'CPU-hours':>12} {'GPU-hours':>12}"]
     for name, row in costs.items():
         lines.append(f"  {name:<34} {row['jobs']:>6} {_hours(row['hours']['cpu'], row['calibrated']['cpu']):>12} "
                      f"{_hours(row['hours']['cuda'], row['calibrated']['cuda']):>12}")
@@ -323,6 +336,8 @@ def check_report(root: str, rows: list[dict] | None = None, skipped: list[str] |
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedbench.cost_report", description=__doc__.split("\n\n")[0])
     parser.add_argument("configfiles", nargs="*", help="config files, each estimated on its own")
+    parser.add_argument("--claims", action="store_true",
+                        help="estimate the configs' `claims` target alone: the algorithm entries a claim reads")
     parser.add_argument("--check", action="append", default=[], metavar="ROOT",
                         help="a results root: predicted vs measured seconds of its finished runs (repeatable)")
     parser.add_argument("--fit", action="append", default=[], metavar="ROOT",
@@ -339,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write and not args.fit:
         parser.error("--write writes what --fit fitted: name --fit ROOT")
     for path in args.configfiles:
-        print(report(path))
+        print(report(path, args.claims))
     every = []
     for root in args.check:
         rows, skipped = check_runs(root)

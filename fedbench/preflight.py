@@ -34,11 +34,13 @@ DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
 @dataclass(frozen=True)
 class Workplace:
     """Where a plan runs: the repository (the Snakefile's folder), the working directory that
-    ``results`` and ``data_root`` are relative to, and the GPUs a training job requests."""
+    ``results`` and ``data_root`` are relative to, the GPUs a training job requests, and whether the
+    command names the ``claims`` target alone (the estimate then counts only what the claims read)."""
 
     repo: Path
     workdir: Path
     train_gpus: int = 0
+    claims_only: bool = False
 
 
 def check_workplace(config: dict, place: Workplace) -> PlanEstimate:
@@ -163,15 +165,17 @@ class PlanEstimate:
     largest: Cell | None
     largest_seconds: float
     calibrated: bool
+    claims_only: bool = False
 
     def line(self) -> str:
         """The estimate in one line, as planning prints it."""
         name = DEVICE_NAMES[self.device]
+        scope = "fedbench plan (target claims)" if self.claims_only else "fedbench plan"
         if self.largest is None:
-            return "fedbench plan: no training jobs"
+            return f"{scope}: no training jobs"
         assumed = "" if self.calibrated else ", partly at the device's assumed throughput"
         return (
-            f"fedbench plan: {self.jobs} training jobs, ≈ {self.seconds / 3600:,.1f} {name}-hours (one {name} per job"
+            f"{scope}: {self.jobs} training jobs, ≈ {self.seconds / 3600:,.1f} {name}-hours (one {name} per job"
             f"{assumed}); the largest cell, {cell_name(self.largest)}, ≈ {duration(self.largest_seconds)}"
         )
 
@@ -179,9 +183,9 @@ class PlanEstimate:
 def plan_estimate(config: dict, device: str, place: Workplace) -> PlanEstimate:
     """Every training job's estimated run time on ``device`` (``cpu``, ``cuda``): the cells, tuning trials
     and tuned runs (:func:`fedbench.cost_report.planned_jobs`; not the seeds the claims' looks may add,
-    which depend on the runs), the sum and the longest."""
+    which depend on the runs; with ``place.claims_only``, those the claims read), the sum and the longest."""
     total, largest, longest, calibrated, jobs = 0.0, None, 0.0, True, 0
-    for row, cell, cfg in planned_jobs(config):
+    for row, cell, cfg in planned_jobs(config, claims_only=place.claims_only):
         if row == ADDED_SEEDS:
             continue
         cost = cell_cost(*_cell_inputs(cfg, cell, place), device)
@@ -190,7 +194,7 @@ def plan_estimate(config: dict, device: str, place: Workplace) -> PlanEstimate:
         calibrated &= cost.calibrated
         if cost.seconds > longest:
             largest, longest = cell, cost.seconds
-    return PlanEstimate(device, jobs, total, largest, longest, calibrated)
+    return PlanEstimate(device, jobs, total, largest, longest, calibrated, place.claims_only)
 
 
 def check_run_length(config: dict, estimate: PlanEstimate, place: Workplace) -> None:

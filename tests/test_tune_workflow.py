@@ -45,9 +45,13 @@ def test_the_claims_target_plans_only_what_the_claims_read(tmp_path):
     config["algorithms"]["fedprox"] = {"method": "fedprox"}
     config["experiments"]["tiny"]["grid"][0]["algorithms"].append("fedprox")
     write_config(configfile, config)
-    everything = planned_jobs(snakemake(tmp_path, "-n", configfile=configfile).stdout)
+    process = snakemake(tmp_path, "-n", configfile=configfile)
+    everything = planned_jobs(process.stdout)
     assert (everything["train_cell"], everything["tune_trial"], everything["train_tuned"]) == (6, 9, 6)
-    jobs = planned_jobs(snakemake(tmp_path, "-n", "claims", configfile=configfile).stdout)
+    assert "fedbench plan: 21 training jobs, ≈ " in process.stdout  # the estimate counts what the target runs
+    process = snakemake(tmp_path, "-n", "claims", configfile=configfile)
+    assert "fedbench plan (target claims): 14 training jobs, ≈ " in process.stdout
+    jobs = planned_jobs(process.stdout)
     assert jobs == {"partition": 3, "train_cell": 4, "tune_trial": 6, "tune_select": 2, "train_tuned": 4,
                     "claims_look": 2, "paper_claims": 1, "claims_tuning_figure": 1, "claims": 1}, jobs
 

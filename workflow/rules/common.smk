@@ -36,7 +36,22 @@ def train_gpus():
 
 def workplace():
     """Where this plan runs (fedbench.preflight); ``None`` inside a job, which the plan already checked."""
-    return Workplace(Path(workflow.basedir), Path.cwd(), train_gpus()) if workflow.is_main_process else None
+    if not workflow.is_main_process:
+        return None
+    return Workplace(Path(workflow.basedir), Path.cwd(), train_gpus(), command_targets() == {"claims"})
+
+
+def command_targets():
+    """The targets the ``snakemake`` command line names (empty: the default target).  Snakemake sets its DAG
+    settings, targets included, only after reading this file, so the command line is read here with
+    Snakemake's own argument parser; ``None`` where the workflow was not started by the command."""
+    if Path(sys.argv[0]).name != "snakemake":
+        return None
+    from snakemake.cli import get_argument_parser
+    try:
+        return set(get_argument_parser().parse_known_args(sys.argv[1:])[0].targets)
+    except SystemExit:  # a command line Snakemake itself will refuse, with its own message
+        return None
 
 
 # ---- validation ---------------------------------------------------------------------

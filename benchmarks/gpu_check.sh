@@ -13,7 +13,11 @@
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_BUDGET=60 GRIDS_WORKERS=1 GPU_CHECK=grids \
 #     bash benchmarks/gpu_check.sh OUT .venv/bin/python                 # the grids part's selection on the CPU
 #
-# Parts (GPU_CHECK, default "matrix algorithms concurrent compile tests grids"), in this order:
+# Parts (GPU_CHECK, default "profile matrix algorithms concurrent compile tests grids"), in this order:
+#   profile     one round of the wide ResNet-9 and ResNet-20 steps (fp32 and bf16 + channels_last) under
+#               torch.profiler: where the device time goes, by kind (convolution forward, data and weight
+#               gradients, BatchNorm, matrix products, elementwise, copies) and by kernel, to tell why
+#               they stay under their TFLOP/s targets -> profile_<family>_<setting>.txt, matrix.csv
 #   matrix      every family (benchmarks/throughputs.py's: mlp, fedavg_cnn, leaf_cnn, resnet9, resnet20,
 #               vgg16; the papers' client counts) x {fp32, bf16} x {channels first, last}, compile off,
 #               plus bf16 + channels_last + cudnn_benchmark: benchmarks/numerics_matrix.py, one
@@ -66,7 +70,7 @@ python=${2:-python3}
 budget=${GPU_CHECK_BUDGET:-570}
 device=${GPU_CHECK_DEVICE:-cuda}
 size=${GPU_CHECK_SIZE:-paper}
-parts=" ${GPU_CHECK:-matrix algorithms concurrent compile tests grids} "
+parts=" ${GPU_CHECK:-profile matrix algorithms concurrent compile tests grids} "
 k=${CONCURRENT_K:-4}
 scale=${GPU_CHECK_SCALE:-1}  # multiplies every step's time limit (a dry run on a slow CPU)
 mkdir -p "$out"
@@ -104,6 +108,13 @@ count() { if [[ -f "$2" ]]; then grep -c "$1" "$2"; else echo 0; fi; }
 families=${GPU_CHECK_FAMILIES:-resnet9 resnet20 vgg16 fedavg_cnn leaf_cnn mlp}  # the matrix's and compile's families
 declare -A limit=([mlp]=30 [fedavg_cnn]=45 [leaf_cnn]=45 [resnet9]=60 [resnet20]=50 [vgg16]=50)
 matrix=(--size "$size" --device "$device" --csv "$out/matrix.csv")
+
+if has profile; then
+  for family in resnet9 resnet20; do
+    step "profile $family" 60 "$python" benchmarks/numerics_matrix.py --family "$family" "${matrix[@]}" \
+      --settings fp32,bf16+cl --repeats 1 --profile "$out"
+  done
+fi
 
 if has matrix; then
   for family in $families; do

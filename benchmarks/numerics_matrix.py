@@ -10,7 +10,11 @@ timed rounds; the median gives ms/round and the training FLOP/s (the cost model'
 counts them).  A setting that fails is a row with its error; the next one still runs.  ``--budget-s``:
 no setting starts after that many seconds (rows not started are logged as skipped).
 ``--start-at``: after the warm-up, wait until this Unix time before timing (to overlap the timed
-rounds of several processes: ``gpu_check.sh``'s concurrent cells).
+rounds of several processes: ``gpu_check.sh``'s concurrent cells).  ``--profile DIR``: after the
+timed rounds, one more round under ``torch.profiler`` (CPU and, on a GPU, CUDA activity), written as
+``DIR/profile_<family>_<setting>.txt``: the operators and kernels by self time on the device, and the
+round's device time split by kind (convolution forward, data gradient, weight gradient, BatchNorm,
+matrix products, elementwise, copies, the rest) -- where the wide step's time goes.
 
     python benchmarks/numerics_matrix.py --family resnet9 --size paper --device cuda \\
         --settings fp32,bf16,fp32+cl,bf16+cl --csv out/matrix.csv
@@ -74,7 +78,62 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--start-at", type=float, default=None, help="Unix time to start timing at, after the warm-up")
     p.add_argument("--csv", default=None, help="append one row per setting to this CSV (header if new)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--profile", default=None, metavar="DIR", help="profile one more round per setting into DIR")
     return p.parse_args(argv)
+
+
+# Kernel and operator names by kind, first match wins (cuDNN's kernels name their pass: fprop, dgrad, wgrad;
+# on the CPU the aten operators do).
+KINDS = [
+    ("conv weight grad", ("wgrad", "convolution_backward_weight", "conv_weight")),
+    ("conv data grad", ("dgrad", "convolution_backward_input", "conv_transpose")),
+    ("conv backward", ("convolution_backward", "conv2d_backward", "convolutionbackward")),
+    ("conv forward", ("fprop", "conv", "implicit_gemm", "winograd")),
+    ("batch norm", ("batch_norm", "bn_", "batchnorm", "welford")),
+    ("matmul", ("gemm", "matmul", "aten::mm", "bmm", "addmm", "cutlass", "sm90_xmma", "ampere_")),
+    ("copy", ("copy", "memcpy", "memset", "aten::to", "contiguous", "nchwtonhwc", "nhwctonchw")),
+    ("elementwise", ("elementwise", "vectorized", "aten::add", "aten::mul", "aten::relu", "threshold", "reduce",
+                     "aten::sum", "aten::div", "foreach", "aten::max_pool", "pool", "softmax", "nll_loss")),
+]
+
+
+def kernel_kind(name: str) -> str:
+    """The kind of a profiled operator or kernel, by :data:`KINDS`; ``other`` where none matches."""
+    low = name.lower()
+    return next((kind for kind, keys in KINDS if any(k in low for k in keys)), "other")
+
+
+def profile_round(one_round, device, out: Path, title: str) -> dict:
+    """One round under ``torch.profiler``: the table of self times and the device time by kind, to ``out``;
+    returns the kinds' shares."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        one_round()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    averages = prof.key_averages()
+    on_device = device.type == "cuda"
+
+    def self_us(event) -> float:
+        return float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0))
+                     if on_device else event.self_cpu_time_total)
+
+    by_kind: dict[str, float] = {}
+    for event in averages:
+        if on_device and getattr(event, "device_type", None) is not None and "CUDA" not in str(event.device_type):
+            continue  # the CPU side of a CUDA run: its launches, not where the device's time goes
+        by_kind[kernel_kind(event.key)] = by_kind.get(kernel_kind(event.key), 0.0) + self_us(event)
+    total = sum(by_kind.values()) or 1.0
+    shares = {kind: round(us / total, 4) for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1])}
+    sort_by = "self_cuda_time_total" if on_device else "self_cpu_time_total"
+    lines = [title, f"self {'device' if on_device else 'CPU'} time by kind ({total / 1000:.1f} ms in all):"]
+    lines += [f"  {kind:<18} {100 * share:5.1f} %" for kind, share in shares.items()]
+    lines += ["", averages.table(sort_by=sort_by, row_limit=30, max_name_column_width=90)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    return shares
 
 
 def make_case(args, device):
@@ -93,7 +152,7 @@ def make_case(args, device):
     return data, model, flops, clients, samples, batch
 
 
-def measure(args, device, case, numerics: Numerics) -> dict:
+def measure(args, device, case, numerics: Numerics, setting: str = "") -> dict:
     data, model, flops, clients, samples, batch = case
     start = broadcast(model_weights(model), clients)
     everyone = torch.arange(clients, device=device)
@@ -124,8 +183,15 @@ def measure(args, device, case, numerics: Numerics) -> dict:
             one_round()
             sync()
             times.append((time.perf_counter() - t) * 1000)
+        shares = None
+        if args.profile:
+            out = Path(args.profile) / f"profile_{args.family}_{setting}.txt"
+            shares = profile_round(one_round, device, out, f"{args.family} {setting}: one round, "
+                                                           f"{clients} clients x {samples} samples, batch {batch}")
     ms = statistics.median(times)
     used = trainer.numerics_used
+    if shares is not None:
+        print(f"{args.family} profile: " + ", ".join(f"{k} {100 * v:.1f} %" for k, v in shares.items()), flush=True)
     return {"compiled": used["compiled"], "step": used["trainer_step"], "ms_per_round": round(ms, 2),
             "train_tflops": round(flops / (ms / 1000) / 1e12, 4), "warmup_s": round(warmup_s, 1), "status": "ok"}
 
@@ -153,7 +219,7 @@ def main(argv=None) -> int:
             if args.budget_s is not None and time.perf_counter() - began > args.budget_s:
                 row.update(status="skipped", error=f"budget of {args.budget_s:.0f} s spent")
             else:
-                row.update(measure(args, device, case, numerics))
+                row.update(measure(args, device, case, numerics, setting))
         except Exception as error:  # noqa: BLE001 - one setting's failure is a row; the others still run
             failures += 1
             row.update(status="failed", error=f"{type(error).__name__}: {error}"[:300].replace("\n", " "))

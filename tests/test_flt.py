@@ -571,3 +571,44 @@ def test_planted_c_ari_cuts_the_same_ward_tree_at_the_true_number_of_clusters():
 
     schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
     assert tuple(schema["properties"]["claims"]["additionalProperties"]["properties"]["metric"]["enum"]) == METRICS
+
+
+@pytest.mark.parametrize("clients, shapes", [
+    (100, [(200, 784), (200,), (10, 200), (10,)]),  # FLT's MLP at flt_claims' 100 clients
+    (37, [(50, 33), (7,), (3, 3)]),
+])
+def test_simultaneous_average_of_the_distinct_rows_equals_the_full_product_to_rounding(clients, shapes):
+    """FLT's case-I average computes each distinct row of the weights once and hands it to every client
+    with that row: the same models as the product of all M rows up to the rounding of the float64 sums
+    (the product of fewer rows may sum in another order): float32 entries at most one unit in the last
+    place apart, nearly all equal, float64 ones to float64 rounding -- for a graph of cliques (5 distinct
+    rows), a random graph (all rows distinct) and one with both -- and the input is left as it was."""
+    g = torch.Generator().manual_seed(clients)
+    stacked = {f"t{i}": 0.05 * torch.randn(clients, *shape, generator=g) for i, shape in enumerate(shapes)}
+    stacked["f64"] = torch.randn(clients, 5, generator=g, dtype=torch.float64)
+    stacked["count"] = torch.arange(clients)
+    before = {k: v.clone() for k, v in stacked.items()}
+    rng = np.random.default_rng(clients)
+    samples = torch.from_numpy(rng.integers(300, 900, clients))
+    blocks = rng.integers(0, 5, clients)
+    cliques = (blocks[:, None] == blocks[None, :]).astype(float)
+    random = ((rng.random((clients, clients)) < 0.3) | np.eye(clients, dtype=bool)).astype(float)
+    mixed = random.copy()
+    mixed[: clients // 2] = cliques[: clients // 2]
+    for adjacency in (cliques, random, mixed):
+        weights = torch.as_tensor(adjacency, dtype=torch.float64) * samples.to(torch.float64)[None, :]
+        weights = weights / weights.sum(1, keepdim=True)
+        got = neighbour_average(stacked, adjacency, samples, in_place=False)
+        for k, v in stacked.items():
+            expected = v if not v.is_floating_point() else (
+                (weights @ v.reshape(clients, -1).to(torch.float64)).to(v.dtype).view_as(v))
+            assert got[k].dtype == v.dtype, k
+            if v.dtype == torch.float64:
+                torch.testing.assert_close(got[k], expected, rtol=1e-14, atol=1e-15)
+            elif v.is_floating_point():
+                ulp = torch.nextafter(expected.abs(), torch.tensor(float("inf"))) - expected.abs()
+                assert ((got[k] - expected).abs() <= ulp).all(), k
+                assert (got[k] != expected).float().mean() < 1e-3, k
+            else:
+                assert torch.equal(got[k], expected), k
+            assert torch.equal(stacked[k], before[k])

@@ -10,7 +10,10 @@ training, forward for evaluation), and the samples it processes from the cell:
   full length where the vectorised engine pads it; or minibatch steps x batch: :func:`local_samples`);
 * evaluation: every ``eval_every`` rounds the test and validation rows, scored by a personal and
   a global model (:data:`EVALUATED_MODELS`; a global test set counts its distinct rows once, as
-  the shared-model path scores them); every ``train_eval_every`` rounds the training samples.
+  the shared-model path scores them); every ``train_eval_every`` rounds the training samples; the rows
+  an algorithm scores to choose a model (IFCA: every cluster model on the sampled clients' training
+  rows, :func:`choice_samples`).  FLT's one-off relatedness step (embeddings, k-means, UMAP) and the
+  server's averages over the clients' models are not counted.
 
 Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device at the
 cell's input resolution (:func:`family_rate`), from ``config/throughputs.yaml``
@@ -296,12 +299,25 @@ def overhead(table: dict, device: str, name: str) -> float:
     return float(table.get(device, {}).get(name, table.get(name, 0.0)) or 0.0)
 
 
+def choice_samples(algorithm: dict, training: dict, shape: CellShape) -> float:
+    """Rows scored each run to choose a model, beyond training and evaluation: IFCA's (Ghosh et al.,
+    Alg. 1 line 4) every cluster model's loss on every sampled client's training rows each round after
+    its ``warmup_rounds`` -- rounds x sampled clients x their mean rows x C; 0 for the others."""
+    algorithm = algorithm_settings(algorithm)
+    if algorithm["method"] != "ifca":
+        return 0.0
+    rounds = max(0, training["rounds"] - (algorithm.get("warmup_rounds") or 0))
+    sampled = max(1, round(training["participation"] * shape.num_clients))
+    return rounds * sampled * shape.train_samples / max(shape.num_clients, 1) * algorithm.get("num_clusters", 1)
+
+
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it.
     Training: rounds x :func:`training_clients` x :func:`local_samples` (the vectorised engine's padded
     batches for a model without BatchNorm).  A model of several levels (FeMAM) trains and scores its
     newest level; each level it freezes (:func:`frozen_levels`) runs one forward per training and
-    evaluated row, once (its logits are kept)."""
+    evaluated row, once (its logits are kept).  Evaluation adds the rows an algorithm scores to choose a
+    model (:func:`choice_samples`: IFCA's cluster losses)."""
     training = spec["training"]
     cost = model_cost(spec["model"], shape.input_shape, shape.num_classes)
     rounds = training["rounds"]
@@ -312,8 +328,9 @@ def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     scored_rounds = evaluations(training)
     train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else scored_rounds
     scored = scored_rounds * EVALUATED_MODELS * shape.eval_samples + train_evaluations * shape.train_samples
+    chosen = choice_samples(spec["algorithm"], training, shape)
     return (trained * cost.train_flops + frozen * shape.train_samples * cost.eval_flops,
-            (scored + frozen * (shape.eval_samples + shape.train_samples)) * cost.eval_flops)
+            (scored + chosen + frozen * (shape.eval_samples + shape.train_samples)) * cost.eval_flops)
 
 
 @functools.lru_cache(maxsize=4)

@@ -66,6 +66,14 @@ def test_train_evaluation_cadence_and_unmeasured_families():
     assert not cost.calibrated and cost.seconds == pytest.approx(60 + (cost.train_flops + cost.eval_flops) / 10.0)
 
 
+def test_ifca_scores_every_cluster_model_on_the_sampled_clients_training_rows_by_hand():
+    # IFCA with C = 3 and 4 warm-up rounds: 10 - 4 = 6 rounds x 5 sampled clients (0.5 x 10) x 100 rows
+    # (1000 / 10) x 3 models = 9,000 rows scored at 24 FLOPs = 216,000 FLOPs of evaluation beyond FedAvg's
+    ifca = {"method": "ifca", "num_clusters": 3, "warmup_rounds": 4}
+    assert cell_work(spec(ifca), SHAPE) == (480_000, 67_200 + 216_000)
+    assert cell_work(spec({"method": "ifca", "num_clusters": 3}), SHAPE)[1] == 67_200 + 10 * 5 * 100 * 3 * 24
+
+
 def test_local_passes_of_the_algorithms():
     training = {**TRAINING_DEFAULTS, "local_epochs": 2, "batch_size": 20}
     assert local_passes({"method": "fedavg"}, training) == 2

@@ -100,7 +100,7 @@ class FeMAM(Algorithm):
     _modules: dict = field(default_factory=dict, compare=False, repr=False)
     _level_logits: dict = field(default_factory=dict, compare=False, repr=False)  # per federation's data
 
-    # its additive levels (AdditiveLevels) do not fold into the wide step, so they train through vmap
+    # its newest level trains on the wide step beside its frozen levels' kept logits, whose table takes no memory format
     ignored_training = {"channels_last": "FeMAM's local training reads its frozen levels' logits from a table whose step "
                                           "takes no memory format (channels_last applies to the wide step and the reference loop)"}
     harmless_training = {"channels_last": False}

@@ -12,8 +12,10 @@ training, forward for evaluation), and the samples it processes from the cell:
   a global model (:data:`EVALUATED_MODELS`; a global test set counts its distinct rows once, as
   the shared-model path scores them); every ``train_eval_every`` rounds the training samples; the rows
   an algorithm scores to choose a model (IFCA: every cluster model on the sampled clients' training
-  rows, :func:`choice_samples`).  FLT's one-off relatedness step (embeddings, k-means, UMAP) and the
-  server's averages over the clients' models are not counted.
+  rows, :func:`choice_samples`);
+* FLT's one-off relatedness step: its embeddings and fine-tuning per training image, at measured
+  seconds per image (:func:`relatedness_seconds`); its k-means and UMAP, and the server's averages over
+  the clients' models (FLT, FedSEM as FLT's code), are not counted.
 
 Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device at the
 cell's input resolution (:func:`family_rate`), from ``config/throughputs.yaml``
@@ -276,7 +278,8 @@ class CellCost:
     calibrated: bool  # the family's throughput on the device was measured, at the cell's input size
     mem_mb: int
     throughput: str = ""  # which figure the time rests on (:func:`family_rate`)
-    flop_seconds: float = 0.0  # the FLOPs' share of ``seconds``: train FLOPs / train rate + eval FLOPs / eval rate
+    flop_seconds: float = 0.0  # the work's share of ``seconds``: train FLOPs / train rate + eval FLOPs / eval rate
+    # + FLT's relatedness step at its measured seconds per image (:func:`relatedness_seconds`)
     rounds: int = 0
     steps: float = 0.0  # local minibatch steps of the run (:func:`local_steps` x rounds)
     evaluations: int = 0  # evaluated rounds (:func:`evaluations`)
@@ -309,6 +312,19 @@ def choice_samples(algorithm: dict, training: dict, shape: CellShape) -> float:
     rounds = max(0, training["rounds"] - (algorithm.get("warmup_rounds") or 0))
     sampled = max(1, round(training["participation"] * shape.num_clients))
     return rounds * sampled * shape.train_samples / max(shape.num_clients, 1) * algorithm.get("num_clusters", 1)
+
+
+def relatedness_seconds(spec: dict, shape: CellShape, table: dict, device: str) -> float:
+    """FLT's one-off relatedness step (Algorithm 2) with an encoder signature: every client's training
+    images embedded, after ``finetune_epochs`` epochs of each client's own fine-tuning (Enc2), at the
+    device's measured seconds per image (``flt_relatedness`` in the throughput file:
+    ``benchmarks/flt_relatedness.py``; absent: not counted).  Its k-means and UMAP are not counted."""
+    algorithm = algorithm_settings(spec["algorithm"])
+    rates = table.get(device, {}).get("flt_relatedness")
+    if algorithm["method"] != "flt" or not rates:  # PCA+kM+HC (method pca_km_hc) embeds nothing
+        return 0.0
+    epochs = algorithm.get("finetune_epochs") or 0
+    return shape.train_samples * (rates["encode_s"] + epochs * rates["finetune_s"])
 
 
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
@@ -405,7 +421,7 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     """Work, estimated seconds (before the safety factor) and host memory of one cell on ``device`` (cpu or cuda).
 
     seconds = training FLOPs / the family's training rate + evaluation FLOPs / its evaluation rate
-    + ``job_overhead_s`` + rounds x ``round_overhead_s`` + local steps x ``step_overhead_s``
+    + FLT's relatedness step (:func:`relatedness_seconds`) + ``job_overhead_s`` + rounds x ``round_overhead_s`` + local steps x ``step_overhead_s``
     + evaluations x ``eval_overhead_s`` (:data:`OVERHEADS`, :func:`overhead`; local steps: rounds x
     :func:`local_steps`, evaluations: :func:`evaluations`)."""
     table = table or throughputs()
@@ -414,7 +430,7 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
     train, evaluate = cell_work(spec, shape)
     training = spec["training"]
-    flop_seconds = train / rate["train"] + evaluate / rate["eval"]
+    flop_seconds = train / rate["train"] + evaluate / rate["eval"] + relatedness_seconds(spec, shape, table, device)
     steps = training["rounds"] * local_steps(spec["algorithm"], training, shape)
     mem = cell_job_mb(spec["model"], shape, training)
     cost = CellCost(train, evaluate, family, flop_seconds, calibrated, mem, note, flop_seconds, training["rounds"],

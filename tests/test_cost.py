@@ -11,7 +11,7 @@ from fedbench.config import TRAINING_DEFAULTS, ConfigError
 from fedbench.plan import check_config
 from fedbench.cost import (
     CellShape, cell_cost, cell_work, choose_device, estimated_shape, family_rate, femam_schedule, local_passes, local_samples,
-    frozen_levels, model_cost, runtime_minutes,
+    frozen_levels, model_cost, relatedness_seconds, runtime_minutes,
 )
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
@@ -72,6 +72,19 @@ def test_ifca_scores_every_cluster_model_on_the_sampled_clients_training_rows_by
     ifca = {"method": "ifca", "num_clusters": 3, "warmup_rounds": 4}
     assert cell_work(spec(ifca), SHAPE) == (480_000, 67_200 + 216_000)
     assert cell_work(spec({"method": "ifca", "num_clusters": 3}), SHAPE)[1] == 67_200 + 10 * 5 * 100 * 3 * 24
+
+
+def test_flt_relatedness_step_at_its_measured_seconds_per_image_by_hand():
+    # FLT embeds 1000 training images (2 ms each) after 3 epochs of fine-tuning (10 ms an image and epoch):
+    # 1000 x (0.002 + 3 x 0.01) = 32 s beyond FedAvg's cell; without figures for the device, nothing
+    table = {**TABLE, "cpu": {**TABLE["cpu"], "flt_relatedness": {"encode_s": 0.002, "finetune_s": 0.01}}}
+    flt = {"method": "flt", "encoder": "enc", "finetune_epochs": 3}
+    assert relatedness_seconds(spec(flt), SHAPE, table, "cpu") == pytest.approx(32.0)
+    base = cell_cost(spec(), SHAPE, "cpu", table).seconds
+    assert cell_cost(spec(flt), SHAPE, "cpu", table).seconds == pytest.approx(base + 32.0)
+    assert relatedness_seconds(spec({**flt, "finetune_epochs": 0}), SHAPE, table, "cpu") == pytest.approx(2.0)
+    assert relatedness_seconds(spec(flt), SHAPE, TABLE, "cpu") == 0.0
+    assert relatedness_seconds(spec({"method": "pca_km_hc"}), SHAPE, table, "cpu") == 0.0
 
 
 def test_local_passes_of_the_algorithms():

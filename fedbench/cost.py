@@ -269,6 +269,32 @@ def evaluations(training: dict) -> int:
     return math.ceil(training["rounds"] / training["eval_every"])
 
 
+# the "+" variants (FeMAM Sec. 5.1): at every evaluation each client fine-tunes its model for
+# ``finetune_epochs`` local epochs on a copy before it is scored (Federation.finetune)
+FINETUNES_AT_EVALUATION = {"fedavg_plus", "fesem_plus"}
+
+
+def evaluation_finetune_epochs(algorithm: dict) -> int:
+    """Epochs every client fine-tunes at each evaluation: ``finetune_epochs`` of the "+" variants, else 0."""
+    algorithm = algorithm_settings(algorithm)
+    return int(algorithm.get("finetune_epochs") or 0) if algorithm["method"] in FINETUNES_AT_EVALUATION else 0
+
+
+def evaluation_finetune(algorithm: dict, training: dict, shape: CellShape, padded: bool = False) -> tuple[float, float]:
+    """(training samples, minibatch steps) of a run's evaluation-time fine-tuning (:data:`FINETUNES_AT_EVALUATION`):
+    evaluations x every client x ``finetune_epochs`` x its samples (padded where :func:`local_samples` pads), and
+    evaluations x ``finetune_epochs`` x the largest client's batches (all clients step together)."""
+    epochs = evaluation_finetune_epochs(algorithm)
+    if not epochs:
+        return 0.0, 0.0
+    batch = effective_batch(training, shape)
+    sizes = shape.client_sizes or (shape.train_samples / max(shape.num_clients, 1),) * max(shape.num_clients, 1)
+    per_client = sum((-(-n // batch) * batch if padded and shape.client_sizes else n) for n in sizes) / len(sizes)
+    batches = max(math.ceil(n / batch) for n in sizes)
+    runs = evaluations(training)
+    return runs * shape.num_clients * epochs * per_client, runs * epochs * batches
+
+
 @dataclass(frozen=True)
 class CellCost:
     train_flops: float
@@ -330,7 +356,8 @@ def relatedness_seconds(spec: dict, shape: CellShape, table: dict, device: str) 
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it.
     Training: rounds x :func:`training_clients` x :func:`local_samples` (the vectorised engine's padded
-    batches for a model without BatchNorm).  A model of several levels (FeMAM) trains and scores its
+    batches for a model without BatchNorm), and the "+" variants' fine-tuning at every evaluation
+    (:func:`evaluation_finetune`).  A model of several levels (FeMAM) trains and scores its
     newest level; each level it freezes (:func:`frozen_levels`) runs one forward per training and
     evaluated row, once (its logits are kept).  Evaluation adds the rows an algorithm scores to choose a
     model (:func:`choice_samples`: IFCA's cluster losses)."""
@@ -341,6 +368,7 @@ def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     padded = training.get("engine", "vectorised") == "vectorised" and not cost.batchnorm
     samples = local_samples(spec["algorithm"], training, shape, padded)
     trained = rounds * training_clients(spec["algorithm"], training, shape) * samples
+    trained += evaluation_finetune(spec["algorithm"], training, shape, padded)[0]
     scored_rounds = evaluations(training)
     train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else scored_rounds
     scored = scored_rounds * EVALUATED_MODELS * shape.eval_samples + train_evaluations * shape.train_samples
@@ -432,6 +460,7 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     training = spec["training"]
     flop_seconds = train / rate["train"] + evaluate / rate["eval"] + relatedness_seconds(spec, shape, table, device)
     steps = training["rounds"] * local_steps(spec["algorithm"], training, shape)
+    steps += evaluation_finetune(spec["algorithm"], training, shape)[1]
     mem = cell_job_mb(spec["model"], shape, training)
     cost = CellCost(train, evaluate, family, flop_seconds, calibrated, mem, note, flop_seconds, training["rounds"],
                     steps, evaluations(training))

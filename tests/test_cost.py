@@ -10,7 +10,7 @@ import yaml
 from fedbench.config import TRAINING_DEFAULTS, ConfigError
 from fedbench.plan import check_config
 from fedbench.cost import (
-    CellShape, cell_cost, cell_work, choose_device, estimated_shape, family_rate, femam_schedule, local_passes, local_samples,
+    CellShape, cell_cost, cell_work, choose_device, estimated_shape, evaluation_finetune, family_rate, femam_schedule, local_passes, local_samples,
     frozen_levels, model_cost, relatedness_seconds, runtime_minutes,
 )
 from fedbench.engine.memory import MemoryBudgetError
@@ -85,6 +85,21 @@ def test_flt_relatedness_step_at_its_measured_seconds_per_image_by_hand():
     assert relatedness_seconds(spec({**flt, "finetune_epochs": 0}), SHAPE, table, "cpu") == pytest.approx(2.0)
     assert relatedness_seconds(spec(flt), SHAPE, TABLE, "cpu") == 0.0
     assert relatedness_seconds(spec({"method": "pca_km_hc"}), SHAPE, table, "cpu") == 0.0
+
+
+def test_plus_variants_fine_tune_every_client_at_each_evaluation_by_hand():
+    # FedAvg+ with 3 fine-tuning epochs: at each of 2 evaluations all 10 clients x 3 epochs x 100 samples
+    # (1000 / 10, no partition sizes) = 6,000 samples trained beyond FedAvg's 480,000 / 48 FLOPs each;
+    # steps: 2 evaluations x 3 epochs x ceil(100 / 32) = 4 batches of the largest client = 24 more
+    plus = {"method": "fedavg_plus", "finetune_epochs": 3}
+    fedavg = cell_cost(spec(batch_size=32), SHAPE, "cpu", TABLE)
+    cost = cell_cost(spec(plus, batch_size=32), SHAPE, "cpu", TABLE)
+    assert cell_work(spec(plus, batch_size=32), SHAPE)[0] == 480_000 + 2 * 10 * 3 * 100 * 48
+    assert cost.steps == fedavg.steps + 2 * 3 * 4
+    # with the partition's client sizes, the padded rows (batch 32: 40 -> 64, 160 -> 160) and the largest's batches
+    sized = CellShape(2, 200, 40, 160, (4,), 3, 240, client_sizes=(40, 160))
+    assert evaluation_finetune(plus, spec(batch_size=32)["training"], sized, padded=True) == (2 * 2 * 3 * (64 + 160) / 2, 2 * 3 * 5)
+    assert evaluation_finetune({"method": "flt", "encoder": "e", "finetune_epochs": 5}, spec()["training"], SHAPE) == (0.0, 0.0)
 
 
 def test_local_passes_of_the_algorithms():

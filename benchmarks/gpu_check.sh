@@ -17,7 +17,10 @@
 #   profile     one round of the wide ResNet-9 and ResNet-20 steps (fp32 and bf16 + channels_last) under
 #               torch.profiler: where the device time goes, by kind (convolution forward, data and weight
 #               gradients, BatchNorm, matrix products, elementwise, copies) and by kernel, to tell why
-#               they stay under their TFLOP/s targets -> profile_<family>_<setting>.txt, matrix.csv
+#               they stay under their TFLOP/s targets -> profile_<family>_<setting>.txt, matrix.csv; then
+#               each ResNet-9 stage's convolution (8/16/32/64 channels at 32/16/8/4 px) for FeMAM's 50
+#               clients x batch 32, fp32 and bf16, three ways: the wide step's grouped convolution, one
+#               per client, unfold + bmm (benchmarks/conv_layouts.py) -> conv_layouts.log
 #   matrix      every family (benchmarks/throughputs.py's: mlp, fedavg_cnn, leaf_cnn, resnet9, resnet20,
 #               vgg16; the papers' client counts) x {fp32, bf16} x {channels first, last}, compile off,
 #               plus bf16 + channels_last + cudnn_benchmark: benchmarks/numerics_matrix.py, one
@@ -113,6 +116,16 @@ if has profile; then
   for family in resnet9 resnet20; do
     step "profile $family" 60 "$python" benchmarks/numerics_matrix.py --family "$family" "${matrix[@]}" \
       --settings fp32,bf16+cl --repeats 1 --profile "$out"
+  done
+  layers=("8,8,32,3" "16,16,16,3" "32,32,8,3" "64,64,4,3")
+  [[ $size == tiny ]] && layers=("8,8,8,3")
+  for layer in "${layers[@]}"; do
+    for dtype in fp32 bf16; do
+      step "conv layout $layer $dtype" 30 bash -c "\"\$0\" benchmarks/conv_layouts.py --device \"\$1\" --dtype \"\$2\" \
+        --clients \$4 --batch \$5 --conv \"\$3\" --linear 64,100 --repeats 5 2>&1 | tee -a \"\$6\"; exit \${PIPESTATUS[0]}" \
+        "$python" "$device" "$dtype" "$layer" "$([[ $size == tiny ]] && echo 2 || echo 50)" \
+        "$([[ $size == tiny ]] && echo 4 || echo 32)" "$out/conv_layouts.log"
+    done
   done
 fi
 

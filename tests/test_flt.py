@@ -196,6 +196,19 @@ def whole_row_in_place(stacked, adjacency, samples):
     return out
 
 
+def stacked_models_and_graph(clients, shapes):
+    """Seeded stacked client tensors (float32 of ``shapes``, one float64, one integer buffer), a copy of
+    them, a random generator, sample counts and a partition into 5 cliques, for the average's tests."""
+    g = torch.Generator().manual_seed(clients)
+    stacked = {f"t{i}": 0.05 * torch.randn(clients, *shape, generator=g) for i, shape in enumerate(shapes)}
+    stacked["f64"] = torch.randn(clients, 5, generator=g, dtype=torch.float64)
+    stacked["count"] = torch.arange(clients)
+    before = {k: v.clone() for k, v in stacked.items()}
+    rng = np.random.default_rng(clients)
+    samples = torch.from_numpy(rng.integers(300, 900, clients))
+    return stacked, before, rng, samples, rng.integers(0, 5, clients)
+
+
 @pytest.mark.parametrize("clients, shapes, block_bytes", [
     (100, [(200, 784), (200,), (10, 200), (10,)], None),  # FLT's MLP at flt_claims' 100 clients, the default blocks
     (100, [(200, 784), (10,)], 1 << 16),  # blocks of 64 columns: many blocks, a short last one
@@ -209,14 +222,7 @@ def test_in_place_average_over_column_blocks_equals_the_whole_row_loop_bit_for_b
 
     if block_bytes is not None:
         monkeypatch.setattr(flt, "IN_PLACE_BLOCK_BYTES", block_bytes)
-    g = torch.Generator().manual_seed(clients)
-    stacked = {f"t{i}": 0.05 * torch.randn(clients, *shape, generator=g) for i, shape in enumerate(shapes)}
-    stacked["f64"] = torch.randn(clients, 5, generator=g, dtype=torch.float64)
-    stacked["count"] = torch.arange(clients)
-    before = {k: v.clone() for k, v in stacked.items()}
-    rng = np.random.default_rng(clients)
-    samples = torch.from_numpy(rng.integers(300, 900, clients))
-    blocks = rng.integers(0, 5, clients)
+    stacked, before, rng, samples, blocks = stacked_models_and_graph(clients, shapes)
     for adjacency in ((blocks[:, None] == blocks[None, :]).astype(float), (rng.random((clients, clients)) < 0.3) | np.eye(clients, dtype=bool)):
         got, expected = neighbour_average(stacked, adjacency, samples, in_place=True), whole_row_in_place(stacked, adjacency, samples)
         for k in stacked:
@@ -602,14 +608,7 @@ def test_simultaneous_average_of_the_distinct_rows_equals_the_full_product_to_ro
     (the product of fewer rows may sum in another order): float32 entries at most one unit in the last
     place apart, nearly all equal, float64 ones to float64 rounding -- for a graph of cliques (5 distinct
     rows), a random graph (all rows distinct) and one with both -- and the input is left as it was."""
-    g = torch.Generator().manual_seed(clients)
-    stacked = {f"t{i}": 0.05 * torch.randn(clients, *shape, generator=g) for i, shape in enumerate(shapes)}
-    stacked["f64"] = torch.randn(clients, 5, generator=g, dtype=torch.float64)
-    stacked["count"] = torch.arange(clients)
-    before = {k: v.clone() for k, v in stacked.items()}
-    rng = np.random.default_rng(clients)
-    samples = torch.from_numpy(rng.integers(300, 900, clients))
-    blocks = rng.integers(0, 5, clients)
+    stacked, before, rng, samples, blocks = stacked_models_and_graph(clients, shapes)
     cliques = (blocks[:, None] == blocks[None, :]).astype(float)
     random = ((rng.random((clients, clients)) < 0.3) | np.eye(clients, dtype=bool)).astype(float)
     mixed = random.copy()

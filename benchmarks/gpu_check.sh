@@ -64,6 +64,9 @@
 #               throughputs.yaml (config/throughputs.yaml with the measured `cuda` families)
 # GPU_CHECK_FAMILIES (default all six) limits the matrix and compile parts to some families (ResNet-9 and
 # ResNet-20 always compile first); GPU_CHECK_MOREAU_MODELS (default "mlr dnn resnet9") the moreau part's models.
+# GPU_CHECK_ARCHIVE=FILE.tgz packs OUTDIR into one archive at the end: the device tool returns at most 8 files a
+# call (the 2026-11-27 evening run lost its matrix.csv, logs and profiles so), so on a lent machine call
+#   GPU_CHECK_ARCHIVE=$OUT/gpu_check.tgz bash benchmarks/gpu_check.sh /tmp/gpu_check python3
 # Everything goes to OUTDIR/gpu_check.log too, and a summary (best setting per family, the targets
 # ResNet-9 >= 10 and ResNet-20 >= 8 TFLOP/s) ends it.  Needs torch with CUDA, numpy, pandas,
 # scikit-learn, PyYAML and pytest.
@@ -307,3 +310,7 @@ for family in dict.fromkeys(r["family"] for r in rows):
     print(line)
 EOF
 say "all: $(( $(date +%s) - start_all )) s"
+# GPU_CHECK_ARCHIVE=FILE.tgz: everything OUTDIR holds in one archive (the device tool returns 8 files a call)
+if [[ -n ${GPU_CHECK_ARCHIVE:-} ]]; then
+  tar czf "$GPU_CHECK_ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && echo "archived $out in $GPU_CHECK_ARCHIVE"
+fi

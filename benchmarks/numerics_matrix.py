@@ -105,7 +105,8 @@ def kernel_kind(name: str) -> str:
 
 def profile_round(one_round, device, out: Path, title: str) -> dict:
     """One round under ``torch.profiler``: the table of self times and the device time by kind, to ``out``;
-    returns the kinds' shares."""
+    returns the kinds' shares, with the three largest operators or kernels of kind ``other`` under the key
+    ``"other is"`` (the console keeps them where the table's file does not come back)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -121,19 +122,24 @@ def profile_round(one_round, device, out: Path, title: str) -> dict:
                      if on_device else event.self_cpu_time_total)
 
     by_kind: dict[str, float] = {}
+    unnamed: dict[str, float] = {}
     for event in averages:
         if on_device and getattr(event, "device_type", None) is not None and "CUDA" not in str(event.device_type):
             continue  # the CPU side of a CUDA run: its launches, not where the device's time goes
-        by_kind[kernel_kind(event.key)] = by_kind.get(kernel_kind(event.key), 0.0) + self_us(event)
+        kind = kernel_kind(event.key)
+        by_kind[kind] = by_kind.get(kind, 0.0) + self_us(event)
+        if kind == "other":
+            unnamed[event.key] = unnamed.get(event.key, 0.0) + self_us(event)
     total = sum(by_kind.values()) or 1.0
     shares = {kind: round(us / total, 4) for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1])}
+    largest_other = sorted(unnamed.items(), key=lambda kv: -kv[1])[:3]
     sort_by = "self_cuda_time_total" if on_device else "self_cpu_time_total"
     lines = [title, f"self {'device' if on_device else 'CPU'} time by kind ({total / 1000:.1f} ms in all):"]
     lines += [f"  {kind:<18} {100 * share:5.1f} %" for kind, share in shares.items()]
     lines += ["", averages.table(sort_by=sort_by, row_limit=30, max_name_column_width=90)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
-    return shares
+    return {**shares, "other is": [(name[:80], round(us / total, 4)) for name, us in largest_other]}
 
 
 def make_case(args, device):
@@ -191,7 +197,11 @@ def measure(args, device, case, numerics: Numerics, setting: str = "") -> dict:
     ms = statistics.median(times)
     used = trainer.numerics_used
     if shares is not None:
+        other_is = shares.pop("other is")
         print(f"{args.family} profile: " + ", ".join(f"{k} {100 * v:.1f} %" for k, v in shares.items()), flush=True)
+        if other_is:
+            print(f"{args.family} profile, other's largest: "
+                  + "; ".join(f"{name} {100 * v:.1f} %" for name, v in other_is), flush=True)
     return {"compiled": used["compiled"], "step": used["trainer_step"], "ms_per_round": round(ms, 2),
             "train_tflops": round(flops / (ms / 1000) / 1e12, 4), "warmup_s": round(warmup_s, 1), "status": "ok"}
 

@@ -84,3 +84,23 @@ def test_the_numerics_matrix_logs_every_setting_and_fails_soft(matrix_script, tm
     assert [(r["setting"], r["status"]) for r in rows] == [("fp32", "ok"), ("fp8+cl", "failed"), ("bf16+cl", "ok")]
     assert "'fp8' is not a precision" in rows[1]["error"]
     assert [r["step"] for r in rows] == ["fused_mlp", "", "wide"] and float(rows[2]["train_tflops"]) > 0
+
+
+def test_a_profiled_round_splits_device_time_by_kind_and_names_what_no_kind_claims(matrix_script, tmp_path):
+    """The profile part's console line: shares by kind that sum to one, and the operators left in
+    ``other`` named (their table's file may not come back from a lent machine)."""
+    import torch  # noqa: PLC0415
+
+    a, index = torch.randn(64, 64), torch.arange(0, 64, 2)
+
+    def one_round():
+        for _ in range(3):
+            (a @ a).index_select(0, index)
+
+    shares = matrix_script.profile_round(one_round, torch.device("cpu"), tmp_path / "p.txt", "title")
+    other_is = shares.pop("other is")
+    assert set(shares) <= {"matmul", "other", "copy", "elementwise"} and "matmul" in shares
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    assert other_is[0][0] == "aten::index_select"
+    assert sum(v for _, v in other_is) <= shares["other"] + 1e-4
+    assert (tmp_path / "p.txt").read_text().startswith("title\nself CPU time by kind")

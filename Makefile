@@ -2,7 +2,8 @@
 # make test          the test suite
 # make unlock        remove the lock a killed run left behind (docs/troubleshooting.md)
 # make cost          training jobs, CPU-hours and GPU-hours per experiment of CONFIG, before any job (fedbench/cost_report.py);
-#                    CHECK=<results root>: the estimate of every finished run there against its measured wall time
+#                    CHECK=<results root>: the estimate of every finished run there against its measured wall time;
+#                    NUMERICS=bf16+cl+compile: every cell at that training setting (config/throughputs.yaml's `settings`)
 # make cost-fit      fit the CPU's overhead constants (config/throughputs.yaml) to the finished runs' CPU time of
 #                    FIT="<results root> ..." and print them with the errors before/after; WRITE=1 writes them
 # make bench-gpu     engine benchmark of every model family at the papers' client counts on the GPU; refreshes
@@ -49,7 +50,7 @@ unlock: $(STAMP)
 	$(BIN)/snakemake --unlock --configfile $(CONFIG)
 
 cost: $(STAMP)
-	$(BIN)/python -m fedbench.cost_report $(if $(CHECK),$(addprefix --check ,$(CHECK)),$(CONFIG))
+	$(BIN)/python -m fedbench.cost_report $(if $(NUMERICS),--numerics $(NUMERICS)) $(if $(CHECK),$(addprefix --check ,$(CHECK)),$(CONFIG))
 
 cost-fit: $(STAMP)
 	@test -n "$(FIT)" || { echo 'name the results roots: make cost-fit FIT="results/a results/b" [WRITE=1]'; exit 2; }

@@ -39,11 +39,11 @@ from fedbench.cost import local_samples, training_clients  # noqa: E402
 from fedbench.engine.device import resolve_device  # noqa: E402
 from fedbench.engine.federated_data import ClientIndex, FederatedData  # noqa: E402
 from fedbench.engine.local_sgd import LocalSGD  # noqa: E402
+from fedbench.engine.numerics import Numerics  # noqa: E402
 from fedbench.engine.vectorised import VectorisedTrainer  # noqa: E402
 from fedbench.engine.weights import model_weights  # noqa: E402
 from fedbench.models import build_model  # noqa: E402
 from fedbench.workload import CellShape, model_cost  # noqa: E402
-from numerics_matrix import parse_setting  # noqa: E402
 from throughputs import FAMILIES  # noqa: E402
 
 COLUMNS = ["when", "device", "algorithm", "family", "setting", "clients", "samples", "batch", "ms_per_round",
@@ -98,7 +98,7 @@ def federation(args, device, numerics) -> tuple[Federation, dict, float]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     device = resolve_device(args.device)
-    numerics = parse_setting(args.setting)
+    numerics = Numerics.parse(args.setting)
     entry = json.loads(args.algorithm)
     row = {"when": datetime.datetime.now().isoformat(timespec="seconds"),
            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -55,16 +55,6 @@ COLUMNS = ["when", "device", "family", "setting", "precision", "channels_last", 
 TARGETS = {"resnet9": 10e12, "resnet20": 8e12}  # issue 39: FLOP/s on one H100, bf16 allowed
 
 
-def parse_setting(text: str) -> Numerics:
-    """``bf16+cl+bench+compile`` -> Numerics(bf16, channels_last, cudnn_benchmark, compile)."""
-    parts = text.split("+")
-    flags = set(parts[1:])
-    unknown = flags - {"cl", "bench", "compile"}
-    if unknown:
-        raise ValueError(f"setting {text!r}: unknown flags {sorted(unknown)} (cl, bench, compile)")
-    return Numerics(parts[0], "cl" in flags, "bench" in flags, "compile" in flags)
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--family", required=True, choices=sorted(FAMILIES))
@@ -223,7 +213,7 @@ def main(argv=None) -> int:
         row = {"when": datetime.datetime.now().isoformat(timespec="seconds"), "device": name, "family": args.family,
                "setting": setting, "clients": case[3], "samples": case[4], "batch": case[5]}
         try:
-            numerics = parse_setting(setting)
+            numerics = Numerics.parse(setting)
             row.update(precision=numerics.precision, channels_last=numerics.channels_last,
                        cudnn_benchmark=numerics.cudnn_benchmark, compile=numerics.compile)
             if args.budget_s is not None and time.perf_counter() - began > args.budget_s:

@@ -147,7 +147,11 @@ def main(argv=None) -> int:
     if output is None:
         return 0
     table = yaml.safe_load(output.read_text()) if output.exists() else {}
-    table.setdefault(kind, {}).setdefault("families", {}).update(measured)
+    families = table.setdefault(kind, {}).setdefault("families", {})
+    for key, row in measured.items():  # a refreshed fp32 figure keeps the other settings' (matrix_settings.py)
+        if "settings" in (families.get(key) or {}):
+            row["settings"] = families[key]["settings"]
+    families.update(measured)
     header = "".join(line + "\n" for line in output.read_text().splitlines() if line.startswith("#")) if output.exists() else ""
     output.write_text(header + yaml.safe_dump(table, sort_keys=False, width=120))
     print(f"{len(measured)} families written to {output} under {kind}")

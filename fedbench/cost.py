@@ -18,7 +18,8 @@ training, forward for evaluation), and the samples it processes from the cell:
   the clients' models (FLT, FedSEM as FLT's code), are not counted.
 
 Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device at the
-cell's input resolution (:func:`family_rate`), from ``config/throughputs.yaml``
+cell's input resolution (:func:`family_rate`) and numerics setting (precision, layout, compilation:
+:func:`setting_rate`), from ``config/throughputs.yaml``
 (``benchmarks/throughputs.py`` refreshes it), plus the fixed costs FLOPs do not count
 (:data:`OVERHEADS`): per job (start-up, loading), per round, per local minibatch step (the
 vectorised engine steps a round's clients together: one client's steps, :func:`local_steps`) and
@@ -44,6 +45,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from fedbench.engine.numerics import Numerics
 from fedbench.job_memory import cell_job_mb
 from fedbench.workload import CellShape, model_cost
 
@@ -303,7 +305,7 @@ class CellCost:
     seconds: float  # estimated run time, before the safety factor
     calibrated: bool  # the family's throughput on the device was measured, at the cell's input size
     mem_mb: int
-    throughput: str = ""  # which figure the time rests on (:func:`family_rate`)
+    throughput: str = ""  # which figure the time rests on (:func:`family_rate`, :func:`setting_rate`)
     flop_seconds: float = 0.0  # the work's share of ``seconds``: train FLOPs / train rate + eval FLOPs / eval rate
     # + FLT's relatedness step at its measured seconds per image (:func:`relatedness_seconds`)
     rounds: int = 0
@@ -445,6 +447,21 @@ def family_rate(table: dict, device: str, family: str, input_shape) -> tuple[dic
     return figures, False, f"{device} {key} measured at {size or 'another size'}, not {want}"
 
 
+def setting_rate(figures: dict | None, calibrated: bool, note: str, setting: str) -> tuple[dict | None, bool, str]:
+    """A family's figures for the cell's numerics ``setting`` (:attr:`Numerics.label`, ``fp32`` the default).
+
+    A family's ``train`` figure is its ``fp32`` run; the others ``benchmarks/numerics_matrix.py`` measured sit
+    under its ``settings`` (``benchmarks/matrix_settings.py`` writes them), each with its own ``train`` rate
+    and where it was ``measured``.  Evaluation runs in FP32 under every setting (:mod:`fedbench.engine.numerics`),
+    so ``eval`` stays the family's.  A setting without a figure takes ``fp32``'s, uncalibrated."""
+    if figures is None or setting == "fp32":
+        return figures, calibrated, note
+    measured = (figures.get("settings") or {}).get(setting)
+    if measured is None:
+        return figures, False, f"{note}, fp32's figure (no {setting} figure)"
+    return {**figures, "train": measured["train"]}, calibrated, f"{note}, {setting} ({measured['measured']})"
+
+
 def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = None) -> CellCost:
     """Work, estimated seconds (before the safety factor) and host memory of one cell on ``device`` (cpu or cuda).
 
@@ -454,10 +471,11 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     :func:`local_steps`, evaluations: :func:`evaluations`)."""
     table = table or throughputs()
     family = FAMILIES.get(spec["model"]["arch"], "fedavg_cnn")
+    training = spec["training"]
     figures, calibrated, note = family_rate(table, device, family, shape.input_shape)
+    figures, calibrated, note = setting_rate(figures, calibrated, note, Numerics.from_training(training).label)
     rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
     train, evaluate = cell_work(spec, shape)
-    training = spec["training"]
     flop_seconds = train / rate["train"] + evaluate / rate["eval"] + relatedness_seconds(spec, shape, table, device)
     steps = training["rounds"] * local_steps(spec["algorithm"], training, shape)
     steps += evaluation_finetune(spec["algorithm"], training, shape)[1]

@@ -3,6 +3,7 @@
     python -m fedbench.cost_report config/experiments/femam.yaml            # one paper grid
     python -m fedbench.cost_report config/experiments/{femam,fedmr,pfedmt,flt}.yaml
     make cost CONFIG=config/experiments/femam.yaml
+    python -m fedbench.cost_report --numerics bf16+cl+compile config/experiments/femam.yaml   # every cell at that setting
     python -m fedbench.cost_report --check results/fedmr_claims      # predicted vs measured, finished runs
     make cost CHECK=results/fedmr_claims
     python -m fedbench.cost_report --fit results/fedmr_claims --fit results/pfedmt [--write]   # fit the CPU overheads
@@ -55,6 +56,7 @@ from pathlib import Path
 from fedbench import cost_fit
 from fedbench.config import TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
 from fedbench.cost import OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs
+from fedbench.engine.numerics import Numerics
 from fedbench.plugins import load_plugins
 from fedbench.results.claims import claim_algorithms, claim_cells, design_seeds, evaluated_claims
 from fedbench.tuning import trial_config, tune_block, tuned_experiments
@@ -121,9 +123,10 @@ def planned_jobs(config: dict, claims_only: bool = False):
         yield ADDED_SEEDS, cell, config
 
 
-def config_costs(config: dict, claims_only: bool = False) -> dict[str, dict]:
+def config_costs(config: dict, claims_only: bool = False, numerics: str | None = None) -> dict[str, dict]:
     """Per row of :func:`planned_jobs` (an experiment, its tuning, its tuned runs, the claims' added
-    seeds; ``claims_only``: of the ``claims`` target alone): ``jobs`` (training cells), per device ``hours`` and whether every figure was ``calibrated``,
+    seeds; ``claims_only``: of the ``claims`` target alone; ``numerics``: every cell trained at that setting,
+    e.g. ``bf16+cl+compile``, instead of its own): ``jobs`` (training cells), per device ``hours`` and whether every figure was ``calibrated``,
     ``estimated`` (some shape came from dataset facts) and ``failing`` (cells whose model cannot be built
     for their data: not counted in the hours)."""
     table = throughputs()
@@ -131,7 +134,7 @@ def config_costs(config: dict, claims_only: bool = False) -> dict[str, dict]:
                                                  "calibrated": dict.fromkeys(DEVICES, True), "estimated": False})
     for name, cell, cfg in planned_jobs(config, claims_only):
         spec = resolve_cell(cfg, cell)
-        spec["training"] = {**TRAINING_DEFAULTS, **spec["training"]}
+        spec["training"] = {**TRAINING_DEFAULTS, **spec["training"], **(Numerics.parse(numerics).record() if numerics else {})}
         shape = cell_shape(config, cell, spec)
         row = out[name]
         row["jobs"] += 1
@@ -151,13 +154,14 @@ def _hours(value: float, calibrated: bool) -> str:
     return f"{value:,.1f}{'' if calibrated else '*'}"
 
 
-def report(path: str, claims_only: bool = False) -> str:
-    """The cost table of one config file (``claims_only``: of its ``claims`` target) and its summary line."""
+def report(path: str, claims_only: bool = False, numerics: str | None = None) -> str:
+    """The cost table of one config file (``claims_only``: of its ``claims`` target; ``numerics``: every cell
+    at that setting) and its summary line."""
     config = load_yaml_strict(path)
     load_plugins(config.get("plugins") or ())  # a plugin's dataset source, partitioner or model
-    costs = config_costs(config, claims_only)
+    costs = config_costs(config, claims_only, numerics)
     partitions = len(expand_partitions(config))
-    lines = [f"{path}{' (target claims)' if claims_only else ''}", f"  {'experiment':<34} {'jobs':>6} {'CPU-hours':>12} {'GPU-hours':>12}"]
+    lines = [f"{path}{' (target claims)' if claims_only else ''}{f' (every cell at {numerics})' if numerics else ''}", f"  {'experiment':<34} {'jobs':>6} {'CPU-hours':>12} {'GPU-hours':>12}"]
     for name, row in costs.items():
         lines.append(f"  {name:<34} {row['jobs']:>6} {_hours(row['hours']['cpu'], row['calibrated']['cpu']):>12} "
                      f"{_hours(row['hours']['cuda'], row['calibrated']['cuda']):>12}")
@@ -338,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("configfiles", nargs="*", help="config files, each estimated on its own")
     parser.add_argument("--claims", action="store_true",
                         help="estimate the configs' `claims` target alone: the algorithm entries a claim reads")
+    parser.add_argument("--numerics", default=None, metavar="SETTING",
+                        help="estimate every cell at this training setting, e.g. bf16+cl+compile "
+                             "(precision, then +cl, +bench, +compile; config/throughputs.yaml's `settings`)")
     parser.add_argument("--check", action="append", default=[], metavar="ROOT",
                         help="a results root: predicted vs measured seconds of its finished runs (repeatable)")
     parser.add_argument("--fit", action="append", default=[], metavar="ROOT",
@@ -353,8 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("name config files, --check a results root, or --fit one")
     if args.write and not args.fit:
         parser.error("--write writes what --fit fitted: name --fit ROOT")
+    if args.numerics:
+        try:
+            Numerics.parse(args.numerics)
+        except ValueError as error:
+            parser.error(f"--numerics: {error}")
     for path in args.configfiles:
-        print(report(path, args.claims))
+        print(report(path, args.claims, args.numerics))
     every = []
     for root in args.check:
         rows, skipped = check_runs(root)

@@ -238,6 +238,38 @@ def test_throughput_by_family_and_input_size():
     assert cost.calibrated and cost.seconds == pytest.approx((cost.train_flops + cost.eval_flops) / 400.0)
 
 
+def test_a_cell_trains_at_its_numerics_settings_measured_rate_and_evaluates_at_fp32s():
+    """``training.precision`` and the layout/compile flags pick the family's figure under ``settings``
+    (benchmarks/matrix_settings.py): training FLOPs at that rate, evaluation (always FP32) at the
+    family's; a setting never measured takes fp32's figure, uncalibrated."""
+    settings = {"bf16+cl+compile": {"train": 4000.0, "ms_per_round": 1.0, "measured": "2026-11-27, NVIDIA H200"}}
+    table = {**TABLE, "cpu": {**TABLE["cpu"], "families": {"mlp": {"train": 1000.0, "eval": 100.0, "settings": settings}}}}
+    fast = cell_cost(spec(precision="bf16", channels_last=True, compile=True), SHAPE, "cpu", table)
+    assert fast.calibrated and "bf16+cl+compile (2026-11-27, NVIDIA H200)" in fast.throughput
+    assert fast.seconds == 60 + 480_000 / 4000 + 67_200 / 100  # 852 s against fp32's 1,212
+    assert cell_cost(spec(), SHAPE, "cpu", table).seconds == 1212
+    other = cell_cost(spec(precision="bf16"), SHAPE, "cpu", table)  # bf16 alone: not measured
+    assert not other.calibrated and other.seconds == 1212 and "no bf16 figure" in other.throughput
+
+
+def test_the_cost_command_estimates_a_grid_at_another_numerics_setting(capsys, monkeypatch):
+    import fedbench.cost_report as cost_report
+    from fedbench.cost import throughputs
+
+    config = yaml.safe_load((Path(__file__).parent / "data" / "tiny_config.yaml").read_text())
+    measured = throughputs()
+    mlp = measured["cuda"]["families"]["mlp"]
+    doubled = {**measured, "cuda": {**measured["cuda"], "families": {**measured["cuda"]["families"], "mlp": {
+        **mlp, "settings": {"bf16": {"train": 2 * mlp["train"], "measured": "by hand"}}}}}}
+    monkeypatch.setattr(cost_report, "throughputs", lambda: doubled)
+    base, bf16 = (cost_report.config_costs(config, numerics=n)["tiny"] for n in (None, "bf16"))
+    assert bf16["calibrated"]["cuda"] and bf16["jobs"] == base["jobs"] == 4
+    assert 0 < bf16["hours"]["cuda"] < base["hours"]["cuda"]  # half the training FLOPs' time, the same overheads
+    with pytest.raises(SystemExit):
+        cost_report.main(["--numerics", "bf16+fast", str(Path(__file__).parent / "data" / "tiny_config.yaml")])
+    assert "unknown flags ['fast']" in capsys.readouterr().err
+
+
 def test_lenet_is_a_family_of_its_own_measured_at_fashion_mnists_shape():
     # FedMR's and FLT's CNNCifar (lenet_cifar, fedmr_cnn): the file's LeNet figure, measured at 1x28x28
     # (FedMR's claims on Fashion-MNIST); CIFAR's 3x32x32 takes it uncalibrated

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,8 +29,6 @@ from fedbench.engine.weights import broadcast, model_weights
 from fedbench.pipeline import build_partition, run_cell
 from fedbench.plan import validate_config
 from conftest import tiny_digits_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 U = 2.0**-8  # bfloat16: 8 significant bits, round to nearest -> relative error at most 2^-8 per rounding
 G32 = 2.0**-24  # FP32's unit roundoff (accumulations inside the products are FP32)
@@ -77,13 +73,11 @@ def test_cuda_settings_with_cuda_graphs_stay_near_fp32(conv_case, setting):
     agree closer than TF32 does (apart/moved 0.0157 on an H200, 2026-11-27).  That channels_last
     itself costs no more than FP32 rounding is checked with TF32 off, against a measured reference:
     :func:`test_channels_last_in_fp32_within_a_measured_rounding_reference`."""
-    from numerics_matrix import parse_setting  # noqa: PLC0415 - benchmarks/ is on the path below
-
     model, data, start, hp = conv_case
     model = copy.deepcopy(model)  # the fixture's stays on the CPU
     hp = LocalSGD(epochs=6, batch_size=hp.batch_size, lr=hp.lr, momentum=hp.momentum)
     data = on(data, "cuda")
-    numerics = parse_setting(setting)
+    numerics = Numerics.parse(setting)
     (w32, loss32), (got, loss) = (one_round(model, data, n, hp, start) for n in (Numerics(), numerics))
     params = [n for n, _ in model.named_parameters()]
     moved = torch.cat([(w32[n] - start[n].cuda()).flatten() for n in params]).norm()
@@ -402,3 +396,15 @@ def test_channels_last_is_refused_for_steps_through_vmap(method, params):
         check_entries(config)
     config["experiments"]["tiny"]["training"]["channels_last"] = False  # the value they run with anyway
     check_entries(config)
+
+
+def test_a_settings_name_round_trips_and_a_misspelt_flag_is_refused():
+    """``bf16+cl+compile``: the name benchmarks/numerics_matrix.py, config/throughputs.yaml's ``settings`` and
+    ``cost_report --numerics`` share; flags in one order whatever order they are written in."""
+    numerics = Numerics.parse("bf16+compile+cl")
+    assert numerics == Numerics("bf16", channels_last=True, compile=True) and numerics.label == "bf16+cl+compile"
+    assert Numerics().label == "fp32" and Numerics.parse("tf32+bench").cudnn_benchmark
+    with pytest.raises(ValueError, match="unknown flags"):
+        Numerics.parse("bf16+channels_last")
+    with pytest.raises(ValueError, match="not a precision"):
+        Numerics.parse("fp8")

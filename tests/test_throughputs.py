@@ -104,3 +104,38 @@ def test_a_profiled_round_splits_device_time_by_kind_and_names_what_no_kind_clai
     assert other_is[0][0] == "aten::index_select"
     assert sum(v for _, v in other_is) <= shares["other"] + 1e-4
     assert (tmp_path / "p.txt").read_text().startswith("title\nself CPU time by kind")
+
+
+def test_matrix_settings_records_each_measured_setting_once_at_its_fastest(tmp_path, capsys):
+    """benchmarks/matrix_settings.py: a matrix CSV or a console log -> ``cuda.families.<f>.settings``; fp32
+    rows left out (a family's own figure), the fastest row of a setting kept (the concurrent part's
+    slower lines lose), the file's top comments and other figures kept; a console needs --measured, an
+    unknown family is refused."""
+    spec = importlib.util.spec_from_file_location("matrix_settings", BENCH.parent / "matrix_settings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = tmp_path / "throughputs.yaml"
+    table.write_text("# top comment\ncuda:\n  assumed: 5.0e+12\n  families:\n    resnet9:\n      train: 3.2e+12\n      eval: 3.0e+12\n")
+    console = tmp_path / "console.txt"
+    console.write_text("   resnet9 fp32                          ok: 312.49 ms/round, 3.5254 TFLOP/s, step wide\n"
+                       "   resnet9 bf16+cl                       ok: 187.05 ms/round, 5.8898 TFLOP/s, step wide\n"
+                       "   resnet9 bf16+cl                       ok: 878.77 ms/round, 1.2536 TFLOP/s, step wide\n"
+                       "     femam resnet9 fp32                 ok: 339.36 ms/round, 3.2463 TFLOP/s (cost model's count)\n")
+    with pytest.raises(SystemExit, match="--measured"):
+        module.main([str(console), "--output", str(table)])
+    assert module.main([str(console), "--output", str(table), "--measured", "today, H200"]) == 0
+    written = yaml.safe_load(table.read_text())["cuda"]["families"]["resnet9"]
+    assert written["train"] == 3.2e12 and written["settings"] == {
+        "bf16+cl": {"train": 5.89e12, "ms_per_round": 187.05, "measured": "today, H200"}}
+    assert table.read_text().startswith("# top comment\n")
+    matrix = tmp_path / "matrix.csv"
+    matrix.write_text("when,device,family,setting,ms_per_round,train_tflops,status\n"
+                      "2026-11-27T22:00,NVIDIA H200,resnet9,bf16+compile,160.18,6.8778,ok\n"
+                      "2026-11-27T22:01,NVIDIA H200,resnet9,fp32+cl+compile,,,skipped\n")
+    assert module.main([str(matrix), "--output", str(table)]) == 0
+    settings = yaml.safe_load(table.read_text())["cuda"]["families"]["resnet9"]["settings"]
+    assert settings["bf16+compile"] == {"train": 6.878e12, "ms_per_round": 160.18, "measured": "2026-11-27, NVIDIA H200"}
+    assert "bf16+cl" in settings  # the earlier settings stay
+    matrix.write_text("when,device,family,setting,ms_per_round,train_tflops,status\n2026-11-27,H200,vgg16,bf16,1,1,ok\n")
+    with pytest.raises(SystemExit, match="no cuda figure of vgg16"):
+        module.main([str(matrix), "--output", str(table)])

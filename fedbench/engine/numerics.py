@@ -34,6 +34,8 @@ PRECISIONS = {
 }
 # the training settings of this module and their defaults (the papers' runs: FP32, eager, contiguous)
 NUMERICS_DEFAULTS = {"precision": "fp32", "channels_last": False, "cudnn_benchmark": False, "compile": False}
+# a setting's name (:attr:`Numerics.label`): the precision, then these flags' short names, in this order
+SETTING_FLAGS = {"channels_last": "cl", "cudnn_benchmark": "bench", "compile": "compile"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,21 @@ class Numerics:
     def from_training(cls, training: dict) -> Numerics:
         """The settings of a ``training`` block (absent keys: :data:`NUMERICS_DEFAULTS`)."""
         return cls(**{k: training.get(k, v) for k, v in NUMERICS_DEFAULTS.items()})
+
+    @classmethod
+    def parse(cls, label: str) -> Numerics:
+        """``bf16+cl+bench+compile`` -> Numerics(bf16, channels_last, cudnn_benchmark, compile): the settings'
+        names in ``benchmarks/numerics_matrix.py`` and ``config/throughputs.yaml`` (:attr:`label`)."""
+        precision, *flags = label.split("+")
+        unknown = set(flags) - set(SETTING_FLAGS.values())
+        if unknown:
+            raise ValueError(f"setting {label!r}: unknown flags {sorted(unknown)} ({', '.join(SETTING_FLAGS.values())})")
+        return cls(precision, **{key: flag in flags for key, flag in SETTING_FLAGS.items()})
+
+    @property
+    def label(self) -> str:
+        """The setting's name: its precision, then ``+cl``, ``+bench``, ``+compile`` for the flags it sets."""
+        return "+".join([self.precision, *(flag for key, flag in SETTING_FLAGS.items() if getattr(self, key))])
 
     @property
     def bf16(self) -> bool:

@@ -31,9 +31,11 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from fedbench.cost import THROUGHPUTS, device_kind  # noqa: E402
 from fedbench.engine.numerics import Numerics  # noqa: E402
+from throughputs import write_table  # noqa: E402
 
 CONSOLE_ROW = re.compile(r"^\s*(?P<family>\w+) (?P<setting>[\w+]+)\s+ok: (?P<ms>[\d.]+) ms/round, (?P<tflops>[\d.]+) TFLOP/s")
 
@@ -87,8 +89,7 @@ def main(argv=None) -> int:
     for family, settings in found.items():
         families[family]["settings"] = {**(families[family].get("settings") or {}), **settings}
         print(f"{family:>10}: " + ", ".join(f"{s} {v['train'] / 1e12:.3g} TFLOP/s" for s, v in settings.items()))
-    header = "".join(line + "\n" for line in output.read_text().splitlines() if line.startswith("#"))
-    output.write_text(header + yaml.safe_dump(table, sort_keys=False, width=120))
+    write_table(output, table)
     print(f"{sum(map(len, found.values()))} settings of {len(found)} families written to {output} under {kind}")
     return 0
 

@@ -129,6 +129,12 @@ def throughput(family: str, result: dict, image_size: int | None = None) -> dict
     }
 
 
+def write_table(output: Path, table: dict) -> None:
+    """``table`` to the throughput file ``output``, after the comment lines at its top (the rest is rewritten)."""
+    header = "".join(line + "\n" for line in output.read_text().splitlines() if line.startswith("#")) if output.exists() else ""
+    output.write_text(header + yaml.safe_dump(table, sort_keys=False, width=120))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     kind = device_kind(args.device)
@@ -152,8 +158,7 @@ def main(argv=None) -> int:
         if "settings" in (families.get(key) or {}):
             row["settings"] = families[key]["settings"]
     families.update(measured)
-    header = "".join(line + "\n" for line in output.read_text().splitlines() if line.startswith("#")) if output.exists() else ""
-    output.write_text(header + yaml.safe_dump(table, sort_keys=False, width=120))
+    write_table(output, table)
     print(f"{len(measured)} families written to {output} under {kind}")
     return 0
 

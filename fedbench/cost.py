@@ -8,9 +8,9 @@ training, forward for evaluation), and the samples it processes from the cell:
   clients; all of them for pFedMe and pFedMT: :func:`training_clients`) x the samples each
   processes in a round (epochs x its samples, times the models it trains, a short last batch at
   full length where the vectorised engine pads it; or minibatch steps x batch: :func:`local_samples`);
-* evaluation: every ``eval_every`` rounds the test and validation rows, scored by a personal and
-  a global model (:data:`EVALUATED_MODELS`; a global test set counts its distinct rows once, as
-  the shared-model path scores them); every ``train_eval_every`` rounds the training samples; the rows
+* evaluation: every ``eval_every`` rounds the test and validation rows, scored by the clients' models
+  and by a global model (:func:`scored_rows`: a model several clients hold scores their distinct rows
+  once, as the engine does; a global test set counts once); every ``train_eval_every`` rounds the training samples; the rows
   an algorithm scores to choose a model (IFCA: every cluster model on the sampled clients' training
   rows, :func:`choice_samples`);
 * FLT's one-off relatedness step: its embeddings and fine-tuning per training image, at measured
@@ -62,7 +62,6 @@ FAMILIES = {
     "leaf_cnn": "leaf_cnn", "fedmr_femnist_cnn": "leaf_cnn",
     "resnet9": "resnet9", "resnet20": "resnet20", "vgg16": "vgg16", "fedmr_vgg16_mnist": "vgg16",
 }
-EVALUATED_MODELS = 2  # each client's test rows are scored by its personal and the global model
 FEMNIST_SAMPLES_PER_WRITER = 227  # LEAF FEMNIST: 805,263 samples of 3,550 writers (35 shards)
 FEMNIST_WRITERS_PER_SHARD = 3550 / 35
 GLOBAL_TEST_SHARE = 1 / 6  # an official test set (MNIST, CIFAR: 10,000 of 60,000-70,000)
@@ -74,16 +73,25 @@ SYNTHETIC_SAMPLES_PER_USER = 2265  # pFedMe's Synthetic: (E[floor(lognormal(4, 2
 
 def summary_shape(summary: dict) -> CellShape:
     """The shape recorded in a partition's summary ``.json`` (a global test set, which every client
-    lists, counts once: a model shared by the clients scores each distinct row once)."""
+    lists, counts once: a model shared by the clients scores each distinct row once; where the clients
+    of a cluster share one test set, ``shared_eval_samples`` counts each cluster's once)."""
     sizes = summary["train_client_sizes"]
     test = summary.get("test_samples", 0)
+    val = summary.get("val_samples", 0)
+    shared = None
     if summary.get("spec", {}).get("test_set") == "global":
         test //= max(summary["num_clients"], 1)
-    evaluated = test + summary.get("val_samples", 0)
+    elif "test" in summary.get("shared_parts", ()) and summary.get("groups", {}).get("cluster") and summary.get("test_client_sizes"):
+        per_cluster: dict = {}  # each cluster's shared test set once (its first member's size)
+        for cluster, size in zip(summary["groups"]["cluster"], summary["test_client_sizes"]):
+            per_cluster.setdefault(cluster, size)
+        shared = sum(per_cluster.values()) + val
+    evaluated = test + val
     return CellShape(
         num_clients=summary["num_clients"], train_samples=sum(sizes), eval_samples=evaluated,
         largest_client=max(sizes, default=0), input_shape=tuple(summary["input_shape"]),
-        num_classes=summary["num_classes"], dataset_samples=sum(sizes) + evaluated, client_sizes=tuple(sizes),
+        num_classes=summary["num_classes"], dataset_samples=sum(sizes) + (evaluated if shared is None else shared),
+        client_sizes=tuple(sizes), shared_eval_samples=shared,
     )
 
 
@@ -282,6 +290,29 @@ def evaluation_finetune_epochs(algorithm: dict) -> int:
     return int(algorithm.get("finetune_epochs") or 0) if algorithm["method"] in FINETUNES_AT_EVALUATION else 0
 
 
+def scored_models(algorithm: dict, training: dict) -> str:
+    """What the clients are scored with (:attr:`fedbench.algorithms.base.Algorithm.scored_models`): ``global``,
+    ``cluster`` or ``client``; one model each where the "+" variants fine-tune it per client or BatchNorm
+    stays local; ``client`` for a method the registry does not know (a plugin not loaded)."""
+    from fedbench.algorithm_registry import algorithm_class
+
+    try:
+        cls = algorithm_class(algorithm["method"])
+    except KeyError:
+        return "client"
+    local_bn = cls.keeps_local_bn and training.get("bn_aggregation", "average") != "average"
+    return "client" if evaluation_finetune_epochs(algorithm) or local_bn else cls.scored_models
+
+
+def scored_rows(algorithm: dict, training: dict, shape: CellShape) -> float:
+    """Test and validation rows one evaluation scores: the clients' models on their rows (a model several
+    clients hold once over their distinct rows, :func:`fedbench.engine.evaluate.evaluate_clients`: one
+    global model or one per cluster scores ``shared_eval_samples`` where clusters share a test set), then the
+    global model on the union of the rows (counted for every method; a method without one is charged it)."""
+    shared = shape.eval_samples if shape.shared_eval_samples is None else shape.shared_eval_samples
+    return (shape.eval_samples if scored_models(algorithm, training) == "client" else shared) + shared
+
+
 def evaluation_finetune(algorithm: dict, training: dict, shape: CellShape, padded: bool = False) -> tuple[float, float]:
     """(training samples, minibatch steps) of a run's evaluation-time fine-tuning (:data:`FINETUNES_AT_EVALUATION`):
     evaluations x every client x ``finetune_epochs`` x its samples (padded where :func:`local_samples` pads), and
@@ -373,7 +404,7 @@ def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     trained += evaluation_finetune(spec["algorithm"], training, shape, padded)[0]
     scored_rounds = evaluations(training)
     train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else scored_rounds
-    scored = scored_rounds * EVALUATED_MODELS * shape.eval_samples + train_evaluations * shape.train_samples
+    scored = scored_rounds * scored_rows(spec["algorithm"], training, shape) + train_evaluations * shape.train_samples
     chosen = choice_samples(spec["algorithm"], training, shape)
     return (trained * cost.train_flops + frozen * shape.train_samples * cost.eval_flops,
             (scored + chosen + frozen * (shape.eval_samples + shape.train_samples)) * cost.eval_flops)

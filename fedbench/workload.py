@@ -65,3 +65,7 @@ class CellShape:
     dataset_samples: int  # rows the job holds in memory
     estimated: bool = False
     client_sizes: tuple[int, ...] = ()  # training samples of every client (the partition's summary; () when estimated)
+    # rows that a model held by several clients scores once (fedbench.engine.evaluate): where the clients of a
+    # cluster share one test set (FLT's partitions), each cluster's test rows once plus the validation rows;
+    # None: eval_samples (no test row is shared, or a global test set, already counted once in eval_samples)
+    shared_eval_samples: int | None = None

@@ -11,7 +11,7 @@ from fedbench.config import TRAINING_DEFAULTS, ConfigError
 from fedbench.plan import check_config
 from fedbench.cost import (
     CellShape, cell_cost, cell_work, choose_device, estimated_shape, evaluation_finetune, family_rate, femam_schedule, local_passes, local_samples,
-    frozen_levels, model_cost, relatedness_seconds, runtime_minutes,
+    frozen_levels, model_cost, relatedness_seconds, runtime_minutes, scored_rows, summary_shape,
 )
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
@@ -236,6 +236,30 @@ def test_throughput_by_family_and_input_size():
     shape = CellShape(2, 20, 10, 10, (3, 64, 64), 10, 30)
     cost = cell_cost(resnet, shape, "cpu", table)
     assert cost.calibrated and cost.seconds == pytest.approx((cost.train_flops + cost.eval_flops) / 400.0)
+
+
+def test_evaluation_counts_each_distinct_model_once_over_its_clients_shared_test_rows_by_hand():
+    """FLT's partitions: the clients of a cluster share one test set.  2 clusters of 2 clients, 30 and 40
+    test rows per cluster, 5 validation rows: 140 client test rows, 75 shared ones.  The engine scores
+    one global model (FedAvg) or one per cluster (IFCA) once over the distinct rows, a model per client
+    (Local, FedAvg+ fine-tuned per client) over every client's rows; the global model the union."""
+    summary = {"num_clients": 4, "train_client_sizes": [10, 10, 10, 10], "test_samples": 140, "val_samples": 5,
+               "test_client_sizes": [30, 30, 40, 40], "groups": {"cluster": [0, 0, 1, 1]}, "shared_parts": ["test"],
+               "input_shape": [4], "num_classes": 3, "spec": {"kind": "flt_scenario1"}}
+    shape = summary_shape(summary)
+    assert (shape.eval_samples, shape.shared_eval_samples, shape.dataset_samples) == (145, 75, 40 + 75)
+    training = spec()["training"]
+    assert scored_rows({"method": "fedavg"}, training, shape) == 75 + 75
+    assert scored_rows({"method": "ifca", "num_clusters": 2}, training, shape) == 75 + 75
+    assert scored_rows({"method": "local"}, training, shape) == 145 + 75
+    assert scored_rows({"method": "fedavg_plus", "finetune_epochs": 1}, training, shape) == 145 + 75
+    assert scored_rows({"method": "fedavg"}, {**training, "bn_aggregation": "local"}, shape) == 145 + 75
+    assert scored_rows({"method": "not_loaded_plugin"}, training, shape) == 145 + 75
+    # no shared test rows: every method twice the clients' rows, as before
+    unshared = summary_shape({**summary, "shared_parts": []})
+    assert unshared.shared_eval_samples is None and scored_rows({"method": "fedavg"}, training, unshared) == 2 * 145
+    # 2 evaluations of FedAvg (10 rounds, every 5th): (75 + 75) x 2 + 40 training rows x 2, x 24 FLOPs
+    assert cell_work(spec(), shape)[1] == (2 * 150 + 2 * 40) * 24
 
 
 def test_a_cell_trains_at_its_numerics_settings_measured_rate_and_evaluates_at_fp32s():

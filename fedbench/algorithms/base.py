@@ -198,7 +198,8 @@ class Algorithm:
     off silently).  Capabilities are class attributes: ``ignored_training`` (training settings
     the algorithm never reads -> why; setting one is a config error, except one the entry
     replaces by its own parameter, ``replaced_training``, or sets to the value the algorithm uses
-    anyway, ``harmless_training``) and ``keeps_local_bn`` (honours ``training.bn_aggregation``).
+    anyway, ``harmless_training``), ``keeps_local_bn`` (honours ``training.bn_aggregation``) and
+    ``scored_models`` (one model for every client, one per cluster, or one each: what evaluation costs).
     Its own cross-entry rules (the plan hook :meth:`check_plan`) are checked when the config is.
     """
 
@@ -206,6 +207,10 @@ class Algorithm:
     replaced_training: ClassVar[Mapping[str, str]] = MappingProxyType({})  # ignored setting -> entry parameter
     harmless_training: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # ignored setting -> value used anyway
     keeps_local_bn: ClassVar[bool] = False
+    # the models ``client_models`` scores the clients with: "global" (one for every client), "cluster" (one per
+    # cluster), "client" (one each); the evaluation scores each distinct model once over its clients' distinct
+    # rows, and the cost model counts the rows so (fedbench.cost.scored_rows)
+    scored_models: ClassVar[str] = "client"
 
     def check_plan(self, plan: PlanContext) -> str | None:
         """Plan hook: what makes this entry wrong in ``plan`` (its experiment's training, its

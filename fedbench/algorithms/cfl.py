@@ -82,6 +82,7 @@ def bipartition(similarity: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CFL(Algorithm):
+    scored_models = "cluster"  # the clients of a cluster are scored with its model
     eps1: float = 0.4
     eps2: float = 1.6
     min_cluster_size: int = 3

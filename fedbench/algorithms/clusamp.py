@@ -87,6 +87,7 @@ def sampling_distributions(tree: np.ndarray, weights: np.ndarray, m: int) -> np.
 
 @dataclass(frozen=True)
 class CluSamp(Algorithm):
+    scored_models = "global"  # every client is scored with the one global model
     similarity: Literal["L1", "L2", "arccos"] = "L1"
     linkage_input: Literal["rows", "distances"] = "rows"
 

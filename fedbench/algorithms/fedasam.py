@@ -19,6 +19,7 @@ from fedbench.search_space import LogRange
 
 @dataclass(frozen=True)
 class FedASAM(Algorithm):
+    scored_models = "global"  # every client is scored with the one global model
     rho: float = 0.1
     eta: float = 0.0
 

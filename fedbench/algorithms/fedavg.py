@@ -28,6 +28,7 @@ from fedbench.search_space import LogRange
 
 @dataclass(frozen=True)
 class FedAvg(Algorithm):
+    scored_models = "global"  # every client is scored with the one global model
     prox_mu: float = 0.0
     finetune_epochs: int = 0
     local_steps: int | None = None

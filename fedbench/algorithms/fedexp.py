@@ -37,6 +37,7 @@ def fedexp_step_size(deltas: Weights, weights: torch.Tensor, names: list[str], e
 
 @dataclass(frozen=True)
 class FedExP(Algorithm):
+    scored_models = "global"  # every client is scored with the one global model
     epsilon: float = 0.1
     scored: Literal["last_two", "last"] = "last_two"
 

@@ -101,6 +101,7 @@ def regularised_loss(model: nn.Module, w_name: str, b_name: str, alpha: float, b
 
 @dataclass(frozen=True)
 class FedGen(Algorithm):
+    scored_models = "global"  # every client is scored with the one global model
     generative_alpha: float = 0.2
     generative_beta: float = 0.2
     generator_lr: float = 3e-4

@@ -51,6 +51,7 @@ def sample_distinct(fed: Federation, count: int | None) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class FedMR(Algorithm):
+    scored_models = "global"  # every client is scored with the one global model
     first_stage_rounds: int = 0
     partition: float = 0.0
     layer: Literal["module", "entry"] = "module"

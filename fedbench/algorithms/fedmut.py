@@ -61,6 +61,7 @@ def mutate(global_: Weights, delta: Weights, m: int, radius: float, rate: float,
 
 @dataclass(frozen=True)
 class FedMut(Algorithm):
+    scored_models = "global"  # every client is scored with the one global model
     radius: float
     acc_rate: float
     bound: int

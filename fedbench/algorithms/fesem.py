@@ -64,6 +64,7 @@ def distances(a: torch.Tensor, b: torch.Tensor, kind: str) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class FeSEM(Algorithm):
+    scored_models = "cluster"  # the clients of a cluster are scored with its model
     num_clusters: int = 5
     distance: str = "l2"
     centre_init: str = "clients"

@@ -135,6 +135,7 @@ def _centres_bytes(embeddings, k: int) -> int:
 @dataclass(frozen=True)
 class FLT(Algorithm):
     """FLT or PCA+kM+HC; see the module docstring.  ``signature``: ``encoder`` or ``pca``."""
+    scored_models = "cluster"  # the clients of a cluster are scored with its model
 
     signature: str
     encoder: str | None

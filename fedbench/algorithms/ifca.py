@@ -50,6 +50,7 @@ from fedbench.engine.weights import (
 
 @dataclass(frozen=True)
 class IFCA(Algorithm):
+    scored_models = "cluster"  # the clients of a cluster are scored with its model
     num_clusters: int = 2
     warmup_rounds: int = 0
     centre_init: str = "random"

@@ -41,6 +41,7 @@ import yaml
 from fedbench.algorithm_registry import ALGORITHMS
 from fedbench.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.config import Cell, check_entries
+from fedbench.cost import scored_models
 from fedbench.engine.weights import model_weights
 from fedbench.pipeline import build_partition, checkpoint, due, evaluate, prepare, resume, train_round, write
 from fedbench.plugins import PluginError, load_plugin, load_plugins
@@ -287,6 +288,9 @@ def check_scoring(config, partition, work, whole) -> str | None:
     wrong = [k for k, v in models.items() if v.shape[0] != fed.num_clients]
     if wrong:
         return f"client_models has no row per client ({fed.num_clients}) for {', '.join(wrong)}"
+    if scored_models(whole.run.spec["algorithm"], whole.run.training) == "global":  # what the cost model counts
+        if d := difference(models, {k: v[:1].expand_as(v) for k, v in models.items()}, "client_models"):
+            return f"scored_models is 'global' but the clients' models differ: {d}"
     accuracy = [_accuracy(scoring, {k: v[c] for k, v in models.items()}, fed.data, fed.data.test, c)
                 for c in range(fed.num_clients)]
     if not np.isclose(np.nanmean(accuracy), row["acc_mean"], atol=1e-6):

@@ -15,6 +15,7 @@ import torch
 
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.fedavg import FedAvg
+from fedbench.algorithms.local import Local
 from fedbench.contract import PROPERTIES, Case, ContractFailure, check_algorithm, difference
 from fedbench.plugins import scratch_registries
 
@@ -110,6 +111,11 @@ class _ScoresWithTheTrainingStream(FedAvg):
         return super().client_models(fed, state, round_)
 
 
+@dataclass(frozen=True)
+class _ClaimsOneModelForEveryone(Local):
+    scored_models = "global"  # but each client keeps its own model: the cost model would count too few rows
+
+
 def _register(name, cls):
     def build() -> cls:
         return cls()
@@ -123,6 +129,7 @@ def _register(name, cls):
     (_PeeksAtTestRows, "test_rows"),
     (_ReadsWhatItIgnores, "ignored_training"),
     (_ScoresWithTheTrainingStream, "scoring"),
+    (_ClaimsOneModelForEveryone, "scoring"),
 ])
 def test_the_contract_fails_a_broken_algorithm(cls, broken, tmp_path):
     """Each broken algorithm fails the property it breaks, with a message saying where, and passes the

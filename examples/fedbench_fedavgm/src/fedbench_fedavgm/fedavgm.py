@@ -22,6 +22,7 @@ from fedbench.engine.weights import Weights, broadcast, parameter_names, shared
 
 @dataclass(frozen=True)
 class FedAvgM(Algorithm):
+    scored_models = "global"  # every client is scored with the one server model
     server_momentum: float
     server_lr: float
 

@@ -14,8 +14,9 @@ training, forward for evaluation), and the samples it processes from the cell:
   an algorithm scores to choose a model (IFCA: every cluster model on the sampled clients' training
   rows, :func:`choice_samples`);
 * FLT's one-off relatedness step: its embeddings and fine-tuning per training image, at measured
-  seconds per image (:func:`relatedness_seconds`); its k-means and UMAP, and the server's averages over
-  the clients' models (FLT, FedSEM as FLT's code), are not counted.
+  seconds per image (:func:`relatedness_seconds`), and the authors' in-place server average every
+  round at its measured FLOP/s (:func:`server_average_seconds`); its k-means and UMAP, FedSEM's k-means
+  and the simultaneous average are not counted.
 
 Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device at the
 cell's input resolution (:func:`family_rate`) and numerics setting (precision, layout, compilation:
@@ -386,6 +387,26 @@ def relatedness_seconds(spec: dict, shape: CellShape, table: dict, device: str) 
     return shape.train_samples * (rates["encode_s"] + epochs * rates["finetune_s"])
 
 
+# methods whose server averages the clients' models one client after another (the authors' loop, FLT's
+# released code): their ``aggregation`` entry and its default
+IN_PLACE_AVERAGE = {"flt": "simultaneous", "fesem_flt": "in_place"}
+
+
+def server_average_seconds(spec: dict, shape: CellShape, table: dict, device: str) -> float:
+    """The in-place server average of FLT's code (``aggregation: in_place``: FLT, FedSEM as FLT's code),
+    every round: each of the M clients' rows a float64 product of its M weights with all M models, 2 M^2 P
+    multiply-adds over the model's P entries, at the device's measured ``flt_in_place_average_flop_s``
+    (``benchmarks/flt_in_place_average.py``; absent: not counted).  The simultaneous average (each
+    distinct row of the graph once) and FedSEM's k-means are not counted."""
+    algorithm = algorithm_settings(spec["algorithm"])
+    rate = table.get(device, {}).get("flt_in_place_average_flop_s")
+    default = IN_PLACE_AVERAGE.get(algorithm["method"])
+    if not rate or default is None or algorithm.get("aggregation", default) != "in_place":
+        return 0.0
+    entries = model_cost(spec["model"], shape.input_shape, shape.num_classes).state_bytes / 4
+    return spec["training"]["rounds"] * 2.0 * shape.num_clients**2 * entries / rate
+
+
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it.
     Training: rounds x :func:`training_clients` x :func:`local_samples` (the vectorised engine's padded
@@ -507,7 +528,8 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     figures, calibrated, note = setting_rate(figures, calibrated, note, Numerics.from_training(training).label)
     rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
     train, evaluate = cell_work(spec, shape)
-    flop_seconds = train / rate["train"] + evaluate / rate["eval"] + relatedness_seconds(spec, shape, table, device)
+    flop_seconds = (train / rate["train"] + evaluate / rate["eval"] + relatedness_seconds(spec, shape, table, device)
+                    + server_average_seconds(spec, shape, table, device))
     steps = training["rounds"] * local_steps(spec["algorithm"], training, shape)
     steps += evaluation_finetune(spec["algorithm"], training, shape)[1]
     mem = cell_job_mb(spec["model"], shape, training)

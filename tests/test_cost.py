@@ -11,7 +11,7 @@ from fedbench.config import TRAINING_DEFAULTS, ConfigError
 from fedbench.plan import check_config
 from fedbench.cost import (
     CellShape, cell_cost, cell_work, choose_device, estimated_shape, evaluation_finetune, family_rate, femam_schedule, local_passes, local_samples,
-    frozen_levels, model_cost, relatedness_seconds, runtime_minutes, scored_rows, summary_shape,
+    frozen_levels, model_cost, relatedness_seconds, runtime_minutes, scored_rows, server_average_seconds, summary_shape,
 )
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.job_memory import check_one_client_fits
@@ -85,6 +85,20 @@ def test_flt_relatedness_step_at_its_measured_seconds_per_image_by_hand():
     assert relatedness_seconds(spec({**flt, "finetune_epochs": 0}), SHAPE, table, "cpu") == pytest.approx(2.0)
     assert relatedness_seconds(spec(flt), SHAPE, TABLE, "cpu") == 0.0
     assert relatedness_seconds(spec({"method": "pca_km_hc"}), SHAPE, table, "cpu") == 0.0
+
+
+def test_the_authors_in_place_server_average_every_round_by_hand():
+    """FLT's code and FedSEM as FLT's code average one client after another: 2 M^2 P multiply-adds a round.
+    MLR Linear(4, 3): P = 15 entries; 10 clients, 10 rounds, 1,000 FLOP/s -> 10 x 2 x 100 x 15 / 1000 = 30 s."""
+    table = {**TABLE, "cpu": {**TABLE["cpu"], "flt_in_place_average_flop_s": 1000.0}}
+    seconds = {name: server_average_seconds(spec(algorithm), SHAPE, table, "cpu") for name, algorithm in {
+        "fesem_flt": {"method": "fesem_flt"}, "flt_in_place": {"method": "flt", "encoder": "e", "aggregation": "in_place"},
+        "flt": {"method": "flt", "encoder": "e"}, "fesem_flt_simultaneous": {"method": "fesem_flt", "aggregation": "simultaneous"},
+        "fedavg": {"method": "fedavg"}}.items()}
+    assert seconds == {"fesem_flt": 30.0, "flt_in_place": 30.0, "flt": 0.0, "fesem_flt_simultaneous": 0.0, "fedavg": 0.0}
+    assert server_average_seconds(spec({"method": "fesem_flt"}), SHAPE, TABLE, "cpu") == 0.0  # no rate measured
+    with_average = cell_cost(spec({"method": "fesem_flt"}), SHAPE, "cpu", table)
+    assert with_average.seconds == pytest.approx(cell_cost(spec({"method": "fesem_flt"}), SHAPE, "cpu", TABLE).seconds + 30)
 
 
 def test_plus_variants_fine_tune_every_client_at_each_evaluation_by_hand():

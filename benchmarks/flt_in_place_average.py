@@ -17,15 +17,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedbench.algorithms.flt import neighbour_average  # noqa: E402
+from flt_relatedness import clock  # noqa: E402
 
 MLP_SHAPES = [(200, 784), (200,), (10, 200), (10,)]  # FLT Table 11's MLP
 
@@ -49,13 +50,12 @@ def main(argv=None) -> int:
     blocks = np.arange(args.clients) % 5
     adjacency = (blocks[:, None] == blocks[None, :]).astype(float)
     samples = torch.full((args.clients,), 600)
+    device = torch.device(args.device)
     times = []
     for _ in range(args.repeats):
-        start = time.process_time() if args.device == "cpu" else time.perf_counter()
+        start = clock(device)
         neighbour_average(stacked, adjacency, samples, in_place=True)
-        if args.device != "cpu":
-            torch.cuda.synchronize()
-        times.append((time.process_time() if args.device == "cpu" else time.perf_counter()) - start)
+        times.append(clock(device) - start)
     seconds = statistics.median(times)
     flops = in_place_flops(args.clients, entries)
     print(f"# {args.clients} clients x {entries} entries: {seconds:.3f} s a round (median of {args.repeats}), "

@@ -15,8 +15,9 @@ training, forward for evaluation), and the samples it processes from the cell:
   rows, :func:`choice_samples`);
 * FLT's one-off relatedness step: its embeddings and fine-tuning per training image, at measured
   seconds per image (:func:`relatedness_seconds`), and the authors' in-place server average every
-  round at its measured FLOP/s (:func:`server_average_seconds`); its k-means and UMAP, FedSEM's k-means
-  and the simultaneous average are not counted.
+  round at its measured FLOP/s (:func:`server_average_seconds`); the clustering of FLT, PCA+kM+HC and
+  FedSEM as FLT's code (k-means, PCA, UMAP) at measured seconds per row or entry
+  (:func:`clustering_seconds`); the simultaneous average is not counted.
 
 Time = FLOPs / the measured throughput (FLOP/s) of the model's family on the device at the
 cell's input resolution (:func:`family_rate`) and numerics setting (precision, layout, compilation:
@@ -293,8 +294,9 @@ def evaluation_finetune_epochs(algorithm: dict) -> int:
 
 def scored_models(algorithm: dict, training: dict) -> str:
     """What the clients are scored with (:attr:`fedbench.algorithms.base.Algorithm.scored_models`): ``global``,
-    ``cluster`` or ``client``; one model each where the "+" variants fine-tune it per client or BatchNorm
-    stays local; ``client`` for a method the registry does not know (a plugin not loaded)."""
+    ``cluster`` or ``client``; one model each where the "+" variants fine-tune it per client, BatchNorm
+    stays local, or FLT's averages leave every client its own (:func:`own_models`); ``client`` for a method
+    the registry does not know (a plugin not loaded)."""
     from fedbench.algorithm_registry import algorithm_class
 
     try:
@@ -302,7 +304,17 @@ def scored_models(algorithm: dict, training: dict) -> str:
     except KeyError:
         return "client"
     local_bn = cls.keeps_local_bn and training.get("bn_aggregation", "average") != "average"
-    return "client" if evaluation_finetune_epochs(algorithm) or local_bn else cls.scored_models
+    return "client" if evaluation_finetune_epochs(algorithm) or local_bn or own_models(algorithm) else cls.scored_models
+
+
+def own_models(algorithm: dict) -> bool:
+    """Whether every client holds a model of its own at evaluation though its method averages per cluster: the
+    authors' in-place average (:func:`in_place_average`: a client averages models its predecessors already
+    replaced, so no two agree, inside a cluster too), or FLT's case I (``clusters: null``: each client averages
+    its own neighbours under Ã, so two clients share a model only where their rows of Ã agree, a graph of
+    disjoint cliques, which no plan can know: counted per client, an upper bound)."""
+    settings = algorithm_settings(algorithm)
+    return in_place_average(settings) or (settings["method"] in ("flt", "pca_km_hc") and settings.get("clusters") is None)
 
 
 def scored_rows(algorithm: dict, training: dict, shape: CellShape) -> float:
@@ -339,7 +351,7 @@ class CellCost:
     mem_mb: int
     throughput: str = ""  # which figure the time rests on (:func:`family_rate`, :func:`setting_rate`)
     flop_seconds: float = 0.0  # the work's share of ``seconds``: train FLOPs / train rate + eval FLOPs / eval rate
-    # + FLT's relatedness step at its measured seconds per image (:func:`relatedness_seconds`)
+    # + FLT's relatedness step, the in-place average and the clustering at their measured rates
     rounds: int = 0
     steps: float = 0.0  # local minibatch steps of the run (:func:`local_steps` x rounds)
     evaluations: int = 0  # evaluated rounds (:func:`evaluations`)
@@ -378,7 +390,7 @@ def relatedness_seconds(spec: dict, shape: CellShape, table: dict, device: str) 
     """FLT's one-off relatedness step (Algorithm 2) with an encoder signature: every client's training
     images embedded, after ``finetune_epochs`` epochs of each client's own fine-tuning (Enc2), at the
     device's measured seconds per image (``flt_relatedness`` in the throughput file:
-    ``benchmarks/flt_relatedness.py``; absent: not counted).  Its k-means and UMAP are not counted."""
+    ``benchmarks/flt_relatedness.py``; absent: not counted).  Its k-means and UMAP: :func:`clustering_seconds`."""
     algorithm = algorithm_settings(spec["algorithm"])
     rates = table.get(device, {}).get("flt_relatedness")
     if algorithm["method"] != "flt" or not rates:  # PCA+kM+HC (method pca_km_hc) embeds nothing
@@ -389,7 +401,15 @@ def relatedness_seconds(spec: dict, shape: CellShape, table: dict, device: str) 
 
 # methods whose server averages the clients' models one client after another (the authors' loop, FLT's
 # released code): their ``aggregation`` entry and its default
-IN_PLACE_AVERAGE = {"flt": "simultaneous", "fesem_flt": "in_place"}
+IN_PLACE_AVERAGE = {"flt": "simultaneous", "pca_km_hc": "simultaneous", "fesem_flt": "in_place"}
+
+
+def in_place_average(algorithm: dict) -> bool:
+    """Whether the server averages the clients' models one after another (FLT's released code, ``aggregation:
+    in_place``: FLT, FedSEM as FLT's code) rather than all at once."""
+    algorithm = algorithm_settings(algorithm)
+    default = IN_PLACE_AVERAGE.get(algorithm["method"])
+    return default is not None and algorithm.get("aggregation", default) == "in_place"
 
 
 def server_average_seconds(spec: dict, shape: CellShape, table: dict, device: str) -> float:
@@ -398,13 +418,42 @@ def server_average_seconds(spec: dict, shape: CellShape, table: dict, device: st
     multiply-adds over the model's P entries, at the device's measured ``flt_in_place_average_flop_s``
     (``benchmarks/flt_in_place_average.py``; absent: not counted).  The simultaneous average (each
     distinct row of the graph once) and FedSEM's k-means are not counted."""
-    algorithm = algorithm_settings(spec["algorithm"])
     rate = table.get(device, {}).get("flt_in_place_average_flop_s")
-    default = IN_PLACE_AVERAGE.get(algorithm["method"])
-    if not rate or default is None or algorithm.get("aggregation", default) != "in_place":
+    if not rate or not in_place_average(spec["algorithm"]):
         return 0.0
     entries = model_cost(spec["model"], shape.input_shape, shape.num_classes).state_bytes / 4
     return spec["training"]["rounds"] * 2.0 * shape.num_clients**2 * entries / rate
+
+
+def _restarts(n_init) -> int:
+    """k-means restarts of scikit-learn's ``n_init`` (``auto``: one, with k-means++ initialisation)."""
+    return 1 if n_init == "auto" else int(n_init)
+
+
+def clustering_seconds(spec: dict, shape: CellShape, table: dict, device: str) -> float:
+    """The clustering FLOPs of the model do not count, at the device's measured ``flt_clustering`` figures
+    (``benchmarks/flt_clustering.py``; absent: not counted):
+
+    * FLT (Algorithm 2 lines 10-16): every client's k-means of its embeddings, training rows x k x restarts x
+      ``kmeans_s``, and UMAP of the M x k centres, x ``umap_s`` (``k: ground_truth`` is counted at k = 5, the
+      most that FLT's scenarios give a planted cluster);
+    * PCA+kM+HC: every client's PCA, training rows x ``pca_s``, and its k-means as FLT's;
+    * FedSEM as FLT's code: every round's k-means on the M clients' flattened models, rounds x M x the model's
+      entries x ``fesem_kmeans_s`` (a warm-started fit; the first round's 20 restarts, about 3 s at FLT's
+      MLP and 100 clients, are not counted)."""
+    rates = table.get(device, {}).get("flt_clustering")
+    algorithm = algorithm_settings(spec["algorithm"])
+    method = algorithm["method"]
+    if not rates or method not in ("flt", "pca_km_hc", "fesem_flt"):
+        return 0.0
+    if method == "fesem_flt":
+        entries = model_cost(spec["model"], shape.input_shape, shape.num_classes).state_bytes / 4
+        return spec["training"]["rounds"] * shape.num_clients * entries * rates["fesem_kmeans_s"]
+    k = algorithm["k"] if isinstance(algorithm["k"], int) else 5
+    kmeans = shape.train_samples * k * _restarts(algorithm.get("n_init", 10)) * rates["kmeans_s"]  # PCA+kM+HC: 10
+    if method == "pca_km_hc":
+        return kmeans + shape.train_samples * rates["pca_s"]
+    return kmeans + shape.num_clients * k * rates["umap_s"]
 
 
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
@@ -518,7 +567,8 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     """Work, estimated seconds (before the safety factor) and host memory of one cell on ``device`` (cpu or cuda).
 
     seconds = training FLOPs / the family's training rate + evaluation FLOPs / its evaluation rate
-    + FLT's relatedness step (:func:`relatedness_seconds`) + ``job_overhead_s`` + rounds x ``round_overhead_s`` + local steps x ``step_overhead_s``
+    + FLT's relatedness step (:func:`relatedness_seconds`), the in-place average (:func:`server_average_seconds`)
+    and the clustering (:func:`clustering_seconds`) + ``job_overhead_s`` + rounds x ``round_overhead_s`` + local steps x ``step_overhead_s``
     + evaluations x ``eval_overhead_s`` (:data:`OVERHEADS`, :func:`overhead`; local steps: rounds x
     :func:`local_steps`, evaluations: :func:`evaluations`)."""
     table = table or throughputs()
@@ -529,7 +579,7 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
     train, evaluate = cell_work(spec, shape)
     flop_seconds = (train / rate["train"] + evaluate / rate["eval"] + relatedness_seconds(spec, shape, table, device)
-                    + server_average_seconds(spec, shape, table, device))
+                    + server_average_seconds(spec, shape, table, device) + clustering_seconds(spec, shape, table, device))
     steps = training["rounds"] * local_steps(spec["algorithm"], training, shape)
     steps += evaluation_finetune(spec["algorithm"], training, shape)[1]
     mem = cell_job_mb(spec["model"], shape, training)

@@ -10,7 +10,7 @@ import yaml
 from fedbench.config import TRAINING_DEFAULTS, ConfigError
 from fedbench.plan import check_config
 from fedbench.cost import (
-    CellShape, cell_cost, cell_work, choose_device, estimated_shape, evaluation_finetune, family_rate, femam_schedule, local_passes, local_samples,
+    CellShape, cell_cost, cell_work, choose_device, clustering_seconds, estimated_shape, evaluation_finetune, family_rate, femam_schedule, local_passes, local_samples,
     frozen_levels, model_cost, relatedness_seconds, runtime_minutes, scored_rows, server_average_seconds, summary_shape,
 )
 from fedbench.engine.memory import MemoryBudgetError
@@ -99,6 +99,29 @@ def test_the_authors_in_place_server_average_every_round_by_hand():
     assert server_average_seconds(spec({"method": "fesem_flt"}), SHAPE, TABLE, "cpu") == 0.0  # no rate measured
     with_average = cell_cost(spec({"method": "fesem_flt"}), SHAPE, "cpu", table)
     assert with_average.seconds == pytest.approx(cell_cost(spec({"method": "fesem_flt"}), SHAPE, "cpu", TABLE).seconds + 30)
+
+
+def test_the_clustering_of_flt_pca_km_hc_and_fesem_at_measured_seconds_by_hand():
+    """SHAPE: 10 clients, 1000 training rows.  k-means at 1 ms a row x centre x restart, PCA 2 ms a row, UMAP
+    0.5 s a centre, FedSEM's k-means 1 ms a model entry x client; MLR Linear(4, 3): 15 entries, 10 rounds."""
+    rates = {"kmeans_s": 1e-3, "pca_s": 2e-3, "umap_s": 0.5, "fesem_kmeans_s": 1e-3}
+    table = {**TABLE, "cpu": {**TABLE["cpu"], "flt_clustering": rates}}
+    seconds = {name: clustering_seconds(spec(algorithm), SHAPE, table, "cpu") for name, algorithm in {
+        # FLT: 1000 rows x k 5 x 10 restarts x 1 ms = 50 s, UMAP of 10 x 5 centres x 0.5 s = 25 s
+        "flt": {"method": "flt", "encoder": "e"},
+        # k 3, one restart (n_init auto): 3 s; UMAP of 30 centres: 15 s
+        "flt_k3_auto": {"method": "flt", "encoder": "e", "k": 3, "n_init": "auto"},
+        "flt_code": {"method": "flt", "encoder": "e", "k": "ground_truth"},  # counted at k = 5
+        # PCA+kM+HC: 1000 rows x 2 ms = 2 s of PCA, k-means (k 5, 10 restarts) 50 s, no UMAP
+        "pca_km_hc": {"method": "pca_km_hc"},
+        # FedSEM as FLT's code: 10 rounds x 10 clients x 15 entries x 1 ms = 1.5 s
+        "fesem_flt": {"method": "fesem_flt"},
+        "fedavg": {"method": "fedavg"}, "ifca": {"method": "ifca", "num_clusters": 2}}.items()}
+    assert seconds == pytest.approx({"flt": 75.0, "flt_k3_auto": 18.0, "flt_code": 75.0, "pca_km_hc": 52.0,
+                                     "fesem_flt": 1.5, "fedavg": 0.0, "ifca": 0.0})
+    assert clustering_seconds(spec({"method": "pca_km_hc"}), SHAPE, TABLE, "cpu") == 0.0  # nothing measured
+    assert cell_cost(spec({"method": "pca_km_hc"}), SHAPE, "cpu", table).seconds == pytest.approx(
+        cell_cost(spec({"method": "pca_km_hc"}), SHAPE, "cpu", TABLE).seconds + 52.0)
 
 
 def test_plus_variants_fine_tune_every_client_at_each_evaluation_by_hand():
@@ -269,6 +292,17 @@ def test_evaluation_counts_each_distinct_model_once_over_its_clients_shared_test
     assert scored_rows({"method": "fedavg_plus", "finetune_epochs": 1}, training, shape) == 145 + 75
     assert scored_rows({"method": "fedavg"}, {**training, "bn_aggregation": "local"}, shape) == 145 + 75
     assert scored_rows({"method": "not_loaded_plugin"}, training, shape) == 145 + 75
+    # FLT (and PCA+kM+HC) in case II score a model per cluster when the server averages all members at once;
+    # the authors' in-place loop leaves every client its own model, inside a cluster too (test_flt.py's FedSEM
+    # case: a, a1 / b, b3, b4), and so does case I, where each client averages its own neighbours
+    # (test_flt.py's neighbour average: 1.5, 11/4, 10/3): every client's rows are scored, as FedSEM as FLT's code
+    flt = {"method": "flt", "encoder": "e"}
+    assert scored_rows({**flt, "clusters": 2}, training, shape) == 75 + 75
+    assert scored_rows({"method": "pca_km_hc"}, training, shape) == 75 + 75  # case II, C = 3 by default
+    assert scored_rows(flt, training, shape) == 145 + 75
+    assert scored_rows({**flt, "clusters": 2, "aggregation": "in_place"}, training, shape) == 145 + 75
+    assert scored_rows({"method": "pca_km_hc", "aggregation": "in_place"}, training, shape) == 145 + 75
+    assert scored_rows({"method": "fesem_flt"}, training, shape) == 145 + 75
     # no shared test rows: every method twice the clients' rows, as before
     unshared = summary_shape({**summary, "shared_parts": []})
     assert unshared.shared_eval_samples is None and scored_rows({"method": "fedavg"}, training, unshared) == 2 * 145

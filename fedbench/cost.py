@@ -417,7 +417,7 @@ def server_average_seconds(spec: dict, shape: CellShape, table: dict, device: st
     every round: each of the M clients' rows a float64 product of its M weights with all M models, 2 M^2 P
     multiply-adds over the model's P entries, at the device's measured ``flt_in_place_average_flop_s``
     (``benchmarks/flt_in_place_average.py``; absent: not counted).  The simultaneous average (each
-    distinct row of the graph once) and FedSEM's k-means are not counted."""
+    distinct row of the graph once) is not counted; FedSEM's k-means: :func:`clustering_seconds`."""
     rate = table.get(device, {}).get("flt_in_place_average_flop_s")
     if not rate or not in_place_average(spec["algorithm"]):
         return 0.0
@@ -431,7 +431,7 @@ def _restarts(n_init) -> int:
 
 
 def clustering_seconds(spec: dict, shape: CellShape, table: dict, device: str) -> float:
-    """The clustering FLOPs of the model do not count, at the device's measured ``flt_clustering`` figures
+    """Seconds of the clustering that the model's FLOPs do not count, at the device's measured ``flt_clustering`` figures
     (``benchmarks/flt_clustering.py``; absent: not counted):
 
     * FLT (Algorithm 2 lines 10-16): every client's k-means of its embeddings, training rows x k x restarts x

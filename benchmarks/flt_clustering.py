@@ -26,7 +26,6 @@ that k-means iterates about as it does on real data.  Process CPU time, one thre
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -66,7 +66,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", type=int, default=100, help="clients of FedSEM's k-means (FLT's M)")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    threadpool_limits(1)  # one thread for numpy's and scikit-learn's BLAS/OpenMP (an environment variable set now would come too late)
+    torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     rows = args.clients * args.images
     embeddings = [planted(rng, args.images, 128, 10, 0.5) for _ in range(args.clients)]

@@ -33,6 +33,8 @@ samples the CPU time (every 30 s after its first 17 s) and records the last samp
 job's CPU are missing, most of it for a job of a minute; :func:`cpu_seconds` extrapolates the
 sample to the job's end at the job's CPU share until then (a job that ended within a second after a
 sample was due has no CPU time: the sample may or may not have been taken).
+Last, the job time by stage: every benchmark under ``ROOT/benchmarks`` (partitions, encoders, runs,
+trials, tuned runs) summed per stage in CPU-hours and wall hours (:func:`stage_times`).
 
 ``--fit ROOT`` (repeatable) fits the device's overhead constants (``job_overhead_s``,
 ``step_overhead_s``, ``round_overhead_s``, ``eval_overhead_s``; ``--terms`` picks some) to those
@@ -248,6 +250,47 @@ def run_shape(root: Path, metrics: dict, spec: dict):
                        cell.get("seed", metrics.get("seed", 0)), spec)
 
 
+def stage_times(root: str | Path) -> list[dict]:
+    """Per stage (the first folder under ``ROOT/benchmarks``: ``train``, ``tune``, ``tuned``, ...) the
+    jobs, wall seconds and CPU seconds of every Snakemake benchmark there: ``stage``, ``jobs``, ``wall_s``,
+    ``cpu_s`` (:func:`cpu_seconds`; where the last sample's time is ambiguous, the recorded ``cpu_time``,
+    a lower bound) and ``ambiguous`` (how many such jobs).  A job resumed from its checkpoint counts its
+    last attempt only (its benchmark saw no more)."""
+    stages = []
+    for folder in sorted(path for path in (Path(root) / "benchmarks").glob("*") if path.is_dir()):
+        jobs = wall = cpu = ambiguous = 0
+        for tsv in sorted(folder.rglob("*.tsv")):
+            rows = list(csv.DictReader(tsv.open(), delimiter="\t"))
+            if not rows:
+                continue
+            seconds, recorded = float(rows[-1]["s"]), rows[-1].get("cpu_time")
+            jobs, wall = jobs + 1, wall + seconds
+            if recorded in (None, "", "-", "NA"):
+                ambiguous += 1
+                continue
+            extrapolated = cpu_seconds(seconds, float(recorded))
+            ambiguous += extrapolated is None
+            cpu += float(recorded) if extrapolated is None else extrapolated
+        if jobs:
+            stages.append({"stage": folder.name, "jobs": jobs, "wall_s": wall, "cpu_s": cpu, "ambiguous": ambiguous})
+    return stages
+
+
+def stage_report(root: str | Path) -> str:
+    """One line: :func:`stage_times` in hours, per stage and over all."""
+    stages = stage_times(root)
+    if not stages:
+        return f"  job time by stage: no benchmarks under {Path(root) / 'benchmarks'}"
+    parts = [f"{row['stage']} {row['jobs']} jobs, {row['cpu_s'] / 3600:.2f} CPU-h ({row['wall_s'] / 3600:.2f} h wall)"
+             for row in stages]
+    ambiguous = sum(row["ambiguous"] for row in stages)
+    return (f"  job time by stage (every benchmark under {Path(root) / 'benchmarks'}): " + "; ".join(parts)
+            + f"; all {sum(row['jobs'] for row in stages)} jobs {sum(row['cpu_s'] for row in stages) / 3600:.2f} CPU-h "
+            f"({sum(row['wall_s'] for row in stages) / 3600:.2f} h wall; CPU time extrapolated to each job's end, "
+            f"{ambiguous} jobs with an ambiguous last sample at their recorded cpu_time, a lower bound; a resumed "
+            "job's last attempt only)")
+
+
 def check_runs(root: str | Path, table: dict | None = None) -> tuple[list[dict], list[str]]:
     """(one row per finished run under ``root``: ``run``, ``algorithm``, ``family``, ``device``,
     ``predicted``, ``measured``, ``source``, ``cpu_share``, ``cpu_s`` (:func:`cpu_seconds`), ``ratio``,
@@ -332,6 +375,7 @@ def check_report(root: str, rows: list[dict] | None = None, skipped: list[str] |
             error = statistics.median(abs(row["ratio"] / row["cpu_share"] - 1) for row in sampled)
             lines.append(f"  median |predicted/cpu_time - 1| against the benchmark's cpu_time as recorded (its last "
                          f"sample), {len(sampled)} runs: {100 * error:.1f} %")
+    lines.append(stage_report(root))
     for line in skipped or ():
         lines.append(f"  skipped {line}")
     return "\n".join(lines)

@@ -85,3 +85,22 @@ def test_the_benchmarks_cpu_time_is_its_last_sample_extrapolated_to_the_jobs_end
     # a job of 44 s whose benchmark says 13 s of CPU (its sample at 17 s): 13 x 44 / 17
     assert cpu_seconds(44.0, 13.0) == pytest.approx(33.647, abs=1e-3)
     assert cpu_seconds(80.0, 70.0) == pytest.approx(70 * 80 / 77) and cpu_seconds(47.5, 40.0) is None
+
+
+def test_job_time_by_stage_sums_every_benchmark_extrapolated_by_hand(results, capsys, monkeypatch):
+    # a stage with no run of its own (a partition job) and a job whose last sample is ambiguous (47.5 s:
+    # due at 47 s, taken or not): its recorded 40 s count, a lower bound
+    tsv = results / "benchmarks" / "partition" / "toy" / "iid" / "seed0.tsv"
+    tsv.parent.mkdir(parents=True)
+    tsv.write_text("s\th:m:s\tmax_rss\tcpu_time\n47.5\t0:00:47\t100\t40.0\n")
+    stages = {row["stage"]: row for row in cost_report.stage_times(results)}
+    assert list(stages) == ["partition", "train", "tune"]
+    assert stages["train"] == {"stage": "train", "jobs": 1, "wall_s": 200.0, "cpu_s": pytest.approx(150 * 200 / 197),
+                               "ambiguous": 0}
+    # the resumed trial's benchmark: 40 s, last sampled at 17 s with 39 s -> 39 x 40 / 17
+    assert stages["tune"]["cpu_s"] == pytest.approx(39 * 40 / 17)
+    assert (stages["partition"]["cpu_s"], stages["partition"]["ambiguous"]) == (40.0, 1)
+    monkeypatch.setattr(cost_report, "throughputs", lambda: TABLE)
+    assert cost_report.main(["--check", str(results)]) == 0
+    total = (150 * 200 / 197 + 39 * 40 / 17 + 40) / 3600
+    assert f"all 3 jobs {total:.2f} CPU-h ({287.5 / 3600:.2f} h wall" in capsys.readouterr().out

@@ -227,19 +227,27 @@ def cpu_seconds(seconds: float, cpu_time: float) -> float | None:
     return None if last is None or last <= 0 else cpu_time * seconds / last
 
 
+def read_benchmark(tsv: Path) -> tuple[float, float | None] | None:
+    """(``s``, ``cpu_time`` or None where not recorded) of a Snakemake benchmark's last row; None where empty."""
+    rows = list(csv.DictReader(tsv.open(), delimiter="\t"))
+    if not rows:
+        return None
+    cpu = rows[-1].get("cpu_time")
+    return float(rows[-1]["s"]), None if cpu in (None, "", "-", "NA") else float(cpu)
+
+
 def measured_seconds(root: Path, run_dir: Path, metrics: dict) -> tuple[float, str, float | None, float | None]:
     """(seconds, where from, the CPU's share of them as the benchmark's ``cpu_time`` records it, the
     job's CPU seconds extrapolated to its end (:func:`cpu_seconds`)) of a finished run (module doc, ``--check``)."""
     wall = float(metrics["wall_time_s"])
     bench = run_benchmark(root, run_dir)
     if bench is not None and bench.exists():
-        rows = list(csv.DictReader(bench.open(), delimiter="\t"))
-        if rows and float(rows[-1]["s"]) >= wall:  # else a resumed job: the benchmark saw its last attempt only
-            seconds = float(rows[-1]["s"])
-            cpu = rows[-1].get("cpu_time")
-            if cpu in (None, "", "-", "NA") or not seconds:
+        read = read_benchmark(bench)
+        if read and read[0] >= wall:  # else a resumed job: the benchmark saw its last attempt only
+            seconds, cpu = read
+            if cpu is None or not seconds:
                 return seconds, "benchmark", None, None
-            return seconds, "benchmark", float(cpu) / seconds, cpu_seconds(seconds, float(cpu))
+            return seconds, "benchmark", cpu / seconds, cpu_seconds(seconds, cpu)
     return wall, "wall_time_s", None, None
 
 
@@ -260,17 +268,14 @@ def stage_times(root: str | Path) -> list[dict]:
     for folder in sorted(path for path in (Path(root) / "benchmarks").glob("*") if path.is_dir()):
         jobs = wall = cpu = ambiguous = 0
         for tsv in sorted(folder.rglob("*.tsv")):
-            rows = list(csv.DictReader(tsv.open(), delimiter="\t"))
-            if not rows:
+            read = read_benchmark(tsv)
+            if read is None:
                 continue
-            seconds, recorded = float(rows[-1]["s"]), rows[-1].get("cpu_time")
+            seconds, recorded = read
             jobs, wall = jobs + 1, wall + seconds
-            if recorded in (None, "", "-", "NA"):
-                ambiguous += 1
-                continue
-            extrapolated = cpu_seconds(seconds, float(recorded))
+            extrapolated = None if recorded is None else cpu_seconds(seconds, recorded)
             ambiguous += extrapolated is None
-            cpu += float(recorded) if extrapolated is None else extrapolated
+            cpu += extrapolated if extrapolated is not None else (recorded or 0.0)
         if jobs:
             stages.append({"stage": folder.name, "jobs": jobs, "wall_s": wall, "cpu_s": cpu, "ambiguous": ambiguous})
     return stages

@@ -1,7 +1,7 @@
 # make run           the default suite (config/config.yaml; CONFIG=other.yaml for another) and its HTML report
 # make test          the test suite
 # make unlock        remove the lock a killed run left behind (docs/troubleshooting.md)
-# make cost          training jobs, CPU-hours and GPU-hours per experiment of CONFIG, before any job (fedbench/cost_report.py);
+# make cost          training jobs, CPU-hours and GPU-hours per experiment of CONFIG, before any job (fedbench/planning/cost_report.py);
 #                    CHECK=<results root>: the estimate of every finished run there against its measured wall time;
 #                    NUMERICS=bf16+cl+compile: every cell at that training setting (config/throughputs.yaml's `settings`)
 # make cost-fit      fit the CPU's overhead constants (config/throughputs.yaml) to the finished runs' CPU time of
@@ -50,11 +50,11 @@ unlock: $(STAMP)
 	$(BIN)/snakemake --unlock --configfile $(CONFIG)
 
 cost: $(STAMP)
-	$(BIN)/python -m fedbench.cost_report $(if $(NUMERICS),--numerics $(NUMERICS)) $(if $(CHECK),$(addprefix --check ,$(CHECK)),$(CONFIG))
+	$(BIN)/python -m fedbench.planning.cost_report $(if $(NUMERICS),--numerics $(NUMERICS)) $(if $(CHECK),$(addprefix --check ,$(CHECK)),$(CONFIG))
 
 cost-fit: $(STAMP)
 	@test -n "$(FIT)" || { echo 'name the results roots: make cost-fit FIT="results/a results/b" [WRITE=1]'; exit 2; }
-	$(BIN)/python -m fedbench.cost_report $(addprefix --fit ,$(FIT)) $(if $(WRITE),--write)
+	$(BIN)/python -m fedbench.planning.cost_report $(addprefix --fit ,$(FIT)) $(if $(WRITE),--write)
 
 bench-gpu: $(STAMP)
 	$(BIN)/python benchmarks/throughputs.py --device cuda --size paper $(BENCH_ARGS)
@@ -63,10 +63,10 @@ bench-cpu: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/throughputs.py --device cpu --size cpu --threads 1 $(BENCH_ARGS)
 
 stale: $(STAMP)
-	$(BIN)/python -m fedbench.stale --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM))
+	$(BIN)/python -m fedbench.planning.stale --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM))
 
 rerun-stale: $(STAMP)
-	@stale="$$($(BIN)/python -m fedbench.stale --paths --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM)))" \
+	@stale="$$($(BIN)/python -m fedbench.planning.stale --paths --configfile $(CONFIGS) $(if $(ALGORITHM),--algorithm $(ALGORITHM)))" \
 	  || exit 1; \
 	if [ -z "$$stale" ]; then echo "nothing out of date"; exit 0; fi; \
 	echo "rerunning: $$stale"; \

@@ -2,7 +2,7 @@
 
 The cell (``config/experiments/flt_claims.yaml``: Fashion-MNIST, 100 clients in 5 clusters, the
 784-200-10 dropout MLP, 100 rounds at participation 0.2, batch 10, evaluated every 10 rounds) runs
-through ``fedbench.pipeline`` -- prepare, the algorithm's ``init``, ``train_round``, ``evaluate``,
+through ``fedbench.run.cell`` -- prepare, the algorithm's ``init``, ``train_round``, ``evaluate``,
 ``checkpoint`` and ``write``: what the workflow's ``train_cell`` job runs -- in a fresh process with one
 thread.  Its process CPU time (user + system, from the interpreter's start: imports included) is
 split by timers wrapped around the library's functions, each exclusive of the timers inside it:
@@ -106,7 +106,7 @@ def run_cell(algorithm: str, partition: str, rounds: int, data_root: str, workdi
     # the modules themselves (fedbench.clustering re-exports a function named fcr, which `import ... as` would bind)
     flt, flt_encoders, ifca, fcr, pipeline = (import_module(f"fedbench.{name}") for name in (
         "algorithms.flt", "algorithms.flt_encoders", "algorithms.ifca", "clustering.fcr", "pipeline"))
-    from fedbench.config import Cell  # noqa: PLC0415
+    from fedbench.config.cells import Cell  # noqa: PLC0415
     from fedbench.engine.weights import model_weights  # noqa: PLC0415
 
     config = yaml.safe_load(CONFIG.read_text())

@@ -4,7 +4,7 @@ For each family (MLP, FedAvg CNN, LEAF CNN, LeNet, ResNet-9, ResNet-20, VGG-16) 
 ``benchmarks/engine_round.py`` (vectorised engine vs reference loop vs DataLoader loop, training
 and evaluation, interleaved, medians) at a size, converts the vectorised engine's times into
 FLOP/s with the model's FLOPs per sample (``fedbench.cost.model_cost``), and writes them under the
-device's ``families`` in ``config/throughputs.yaml`` (the file ``fedbench.cost`` reads), with the
+device's ``families`` in ``config/throughputs.yaml`` (the file ``fedbench.cost.model`` reads), with the
 setting, the date and the speed-ups.  ``--size paper`` is the papers' client counts (for a GPU:
 ``make bench-gpu``), ``cpu`` a few clients (what a shared CPU measures in minutes: ``make
 bench-cpu``), ``tiny`` the smallest run (tests; its figures mean nothing and it never writes
@@ -16,7 +16,7 @@ unless ``--output`` names a file).
     python benchmarks/throughputs.py --device cpu --size tiny --families mlp --output /tmp/t.yaml
     python benchmarks/throughputs.py --device cuda --size paper --families resnet9 --image-size 64   # Tiny ImageNet
 
-The cost model keys a convolutional family's figure by input resolution (``fedbench.cost.family_rate``):
+The cost model keys a convolutional family's figure by input resolution (``fedbench.cost.model.family_rate``):
 every entry records its ``input``; ``--image-size N`` measures at N x N and writes ``<family>@NxN``
 beside the family's own figure (a cell at a resolution without a figure is estimated from the
 nearest one and reported uncalibrated).
@@ -36,7 +36,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fedbench.cost import BENCHMARK_ARCHS, BENCHMARK_INPUTS, FLAT_FAMILIES, THROUGHPUTS, device_kind, model_cost  # noqa: E402
+from fedbench.cost.model import BENCHMARK_ARCHS, BENCHMARK_INPUTS, FLAT_FAMILIES, THROUGHPUTS, device_kind, model_cost  # noqa: E402
 
 # family -> (engine_round --model, input shape, classes); the cost model maps architectures to these
 FAMILIES = {family: (BENCHMARK_ARCHS.get(family, family), shape, 10) for family, shape in BENCHMARK_INPUTS.items()}

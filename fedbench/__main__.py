@@ -1,5 +1,5 @@
-"""``python -m fedbench``: ``new algorithm NAME`` (a plugin package, :mod:`fedbench.scaffold`) and
-``contract TARGET`` (the algorithm contract, :mod:`fedbench.contract`)."""
+"""``python -m fedbench``: ``new algorithm NAME`` (a plugin package, :mod:`fedbench.extension.scaffold`) and
+``contract TARGET`` (the algorithm contract, :mod:`fedbench.extension.contract`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["contract"]:
-        from fedbench.contract import main as contract
+        from fedbench.extension.contract import main as contract
 
         return contract(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m fedbench", description="fedbench's own commands "
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     new.add_argument("--dir", type=Path, default=Path("."), help="where to write fedbench_NAME/ (default: here)")
     commands.add_parser("contract", help="check an algorithm against the contract")
     args = parser.parse_args(argv)
-    from fedbench.scaffold import new_algorithm
+    from fedbench.extension.scaffold import new_algorithm
 
     try:
         root = new_algorithm(args.name, args.dir)
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = f"fedbench_{args.name}.{args.name}"
     print(f"wrote {root}: edit src/fedbench_{args.name}/{args.name}.py, then\n"
-          f"  cd {root} && pip install -e . && python -m fedbench.contract {module}")
+          f"  cd {root} && pip install -e . && python -m fedbench.extension.contract {module}")
     return 0
 
 

@@ -86,14 +86,14 @@ def test_a_builder_of_something_else_or_an_incomplete_algorithm_is_refused():
 
 
 def test_plan_hook_and_ignored_settings_default_to_no_problem():
-    from fedbench.algorithm_registry import PlanContext
+    from fedbench.registry.algorithms import PlanContext
 
     plan = PlanContext(name="x", entry={}, training={"rounds": 3}, training_set={"momentum": 0.5}, clients={"p": 2})
     assert _Minimal().check_plan(plan) is None and _Minimal().ignored_settings(plan) == {}
 
 
 def test_ignored_settings_leave_out_what_the_entry_replaces_or_sets_harmlessly():
-    from fedbench.algorithm_registry import PlanContext
+    from fedbench.registry.algorithms import PlanContext
 
     pfedme = ALGORITHMS["pfedme"]()
     given = {"local_epochs": 2, "momentum": 0.0}
@@ -104,7 +104,7 @@ def test_ignored_settings_leave_out_what_the_entry_replaces_or_sets_harmlessly()
 
 
 def test_fedmr_checks_its_place_in_the_plan():
-    from fedbench.algorithm_registry import PlanContext
+    from fedbench.registry.algorithms import PlanContext
 
     fedmr = ALGORITHMS["fedmr"](first_stage_rounds=2, models=4)
     assert fedmr.check_plan(PlanContext(name="m", entry={}, training={"rounds": 2}, clients={"a": 4})) is None

@@ -11,48 +11,33 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedbench"
 
-# module prefix -> layer (a module belongs to its longest listed prefix; ``fedbench`` is the root
-# package's __init__ only).  A module may import its own layer and the ones below, never above.
+# package -> layer (a module belongs to its longest listed prefix; ``fedbench`` is the root package's
+# __init__ only).  A module may import its own layer and the ones below, never above.  Each package's
+# docstring says the same; the package root holds no module but __init__ and __main__.
 LAYERS = {
-    # 0 core: registries, plugins and what config validation tells an algorithm, config-file reading, thread pools,
-    # the plugin package scaffold
+    # 0 names (registries, bounds, search spaces, protocols, plugins) and helpers that know no FL
     "fedbench": 0,
     "fedbench.registry": 0,
-    "fedbench.plugins": 0,
-    "fedbench.scaffold": 0,
-    "fedbench.algorithm_registry": 0,
-    "fedbench.validation": 0,
-    "fedbench.threads": 0,
-    "fedbench.search_space": 0,
-    # 1 the registered parts of a cell: data sources and partitions, models (+ their workload), protocols
+    "fedbench.util": 0,
+    # 1 the registered parts of a cell: data sources and partitions, models
     "fedbench.data": 1,
     "fedbench.models": 1,
-    "fedbench.workload": 1,
-    "fedbench.protocols": 1,
-    # 2 the training engine, a job's memory, checkpoints
+    # 2 the training engine
     "fedbench.engine": 2,
-    "fedbench.job_memory": 2,
-    "fedbench.checkpoint": 2,
-    # 3 the experiment config, provenance, cost and tuning trials: registries only, never an algorithm module
+    # 3 what the user wrote (config), the pure cost model, tuning trials: registries only, never an algorithm module
     "fedbench.config": 3,
-    "fedbench.provenance": 3,
     "fedbench.cost": 3,
     "fedbench.tuning": 3,
     # 4 the algorithms (FLT's encoders with them) and their clustering
     "fedbench.algorithms": 4,
     "fedbench.clustering": 4,
-    # 5 one cell's run, and the algorithm contract that runs cells
-    "fedbench.pipeline": 5,
-    "fedbench.tracking": 5,  # the optional TensorBoard log of a running cell
-    "fedbench.contract": 5,
+    # 5 one job's life (cell, partition, checkpoint, provenance, tracking) and the extension kit (contract, scaffold)
+    "fedbench.run": 5,
+    "fedbench.extension": 5,
     # 6 tables, figures, scorecards and claims of finished runs (the gamma sweep reruns cells)
     "fedbench.results": 6,
-    # 7 workflow level: the full config validation and what its jobs would hit, the stale-results CLI, the cost report
-    "fedbench.plan": 7,
-    "fedbench.stale": 7,
-    "fedbench.cost_report": 7,
-    "fedbench.cost_fit": 7,  # the cost report's fit of the overheads to finished runs
-    "fedbench.preflight": 7,
+    # 7 the workflow's view: which jobs, validation of a plan, preflight, stale results, the cost report
+    "fedbench.planning": 7,
     "fedbench.__main__": 7,  # python -m fedbench: new (the scaffold), contract
 }
 
@@ -155,22 +140,52 @@ def test_no_import_points_up_a_layer():
 def test_the_checks_see_through_functions_and_relative_imports(tmp_path):
     """An import inside a function counts; ``from . import x`` resolves to its package's module."""
     source = tmp_path / "mod.py"
-    source.write_text("def f():\n    from fedbench.pipeline import run_cell\n\nfrom . import threads\n")
+    source.write_text("def f():\n    from fedbench.run.cell import run_cell\n\nfrom .util import threads\n")
     modules = module_files()
-    assert imports("fedbench.mod", source, modules) == {"fedbench.pipeline", "fedbench.threads"}
+    assert imports("fedbench.mod", source, modules) == {"fedbench.run.cell", "fedbench.util.threads"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert layer("fedbench.cost_report") == 7 and layer("fedbench.cost") == 3 and layer("fedbench.data.vision") == 1
+    assert layer("fedbench.planning.cost_report") == 7 and layer("fedbench.cost.model") == 3 and layer("fedbench.data.vision") == 1
 
 
 def test_config_loads_the_algorithms_only_when_it_looks_one_up():
     """The algorithm registry lives below the algorithms and imports their package on its first
     lookup (plugin-style), so validating a config needs no static import of an algorithm module."""
     script = (
-        "import sys; import fedbench.config, fedbench.provenance\n"
+        "import sys; import fedbench.config.checks, fedbench.run.provenance\n"
         "assert 'fedbench.algorithms' not in sys.modules, 'imported too early'\n"
-        "from fedbench.algorithm_registry import ALGORITHMS\n"
+        "from fedbench.registry.algorithms import ALGORITHMS\n"
         "assert 'fedavg' in ALGORITHMS and 'fedbench.algorithms.fedavg' in sys.modules\n"
         "from fedbench.algorithms import ALGORITHMS as same\n"
         "assert same is ALGORITHMS\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
+
+
+def test_the_package_root_holds_only_its_init_and_main_and_every_package_names_its_layer():
+    """One package per concern: no module at the root but ``__init__`` and ``__main__``; each top-level
+    package's docstring opens with the layer the map gives it."""
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py"]
+    for package in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+        assert doc.startswith(f"Layer {LAYERS[f'fedbench.{package.name}']},"), f"{package.name}: {doc[:60]!r}"
+
+
+def test_a_moved_module_keeps_its_old_name_for_a_transition():
+    """``import fedbench.contract`` is :mod:`fedbench.extension.contract` itself (one module object, its own
+    spec), with a DeprecationWarning naming the new place; ``python -m fedbench.stale`` still runs."""
+    script = (
+        "import warnings, importlib\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import fedbench.contract as old\n"
+        "    from fedbench.plugins import load_plugins\n"
+        "import fedbench.extension.contract as new\n"
+        "from fedbench.registry.plugins import load_plugins as same\n"
+        "assert old is new and load_plugins is same, (old, new)\n"
+        "assert new.__spec__.name == 'fedbench.extension.contract' and new.__spec__.origin.endswith('contract.py')\n"
+        "assert any('fedbench.extension.contract' in str(w.message) for w in caught), [str(w.message) for w in caught]\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
+    help_text = subprocess.run([sys.executable, "-m", "fedbench.stale", "--help"], check=True, cwd=PACKAGE.parent,
+                               capture_output=True, text=True).stdout
+    assert "--configfile" in help_text

@@ -15,8 +15,8 @@ import yaml
 from torch import nn
 
 from fedbench.algorithms import ALGORITHMS
-from fedbench.config import ConfigError
-from fedbench.plan import check_config
+from fedbench.config.cells import ConfigError
+from fedbench.planning.validate import check_config
 from fedbench.engine.local_sgd import LocalSGD
 from conftest import make_data, make_federation
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedbench.config import ConfigError
-from fedbench.plan import validate_config
+from fedbench.config.cells import ConfigError
+from fedbench.planning.validate import validate_config
 from fedbench.results.claims import (
     FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, ClaimError, compare, evaluate_claims, threshold, write_claims,
 )

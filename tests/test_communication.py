@@ -18,7 +18,7 @@ from torch import nn
 from conftest import make_data, make_federation, tiny_digits_config
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.ifca import CLUSTER_ID_BYTES
-from fedbench.config import Cell
+from fedbench.config.cells import Cell
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import broadcast, model_weights
@@ -252,7 +252,7 @@ def test_a_method_that_never_reaches_the_target_loses_at_the_horizon_instead_of_
 
 @pytest.fixture(scope="module")
 def tiny_partition(tmp_path_factory):
-    from fedbench.pipeline import build_partition
+    from fedbench.run.partition_job import build_partition
 
     config = tiny_digits_config()
     root = tmp_path_factory.mktemp("partition")
@@ -261,7 +261,7 @@ def tiny_partition(tmp_path_factory):
 
 
 def run_tiny(tmp_path, partition, **top):
-    from fedbench.pipeline import run_cell
+    from fedbench.run.cell import run_cell
 
     config = tiny_digits_config(rounds=3, local_epochs=1, batch_size=16, lr=0.1, participation=0.5, eval_every=2)
     config.update(top)
@@ -287,7 +287,7 @@ def test_tensorboard_events_equal_the_history(tmp_path, tiny_partition):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from fedbench.tracking import tag
+    from fedbench.run.tracking import tag
 
     metrics, history = run_tiny(tmp_path, tiny_partition, tensorboard=True)
     runs = list((tmp_path / "run" / "tensorboard").iterdir())

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbench.config import Cell, ConfigError, expand_cells, expand_partitions
-from fedbench.plan import check_config
+from fedbench.config.cells import Cell, ConfigError, expand_cells, expand_partitions
+from fedbench.planning.validate import check_config
 
 with open(Path(__file__).parents[1] / "config" / "config.yaml") as f:
     DEFAULT = yaml.safe_load(f)

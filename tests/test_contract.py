@@ -1,4 +1,4 @@
-"""The algorithm contract (:mod:`fedbench.contract`) over every built-in algorithm, and the
+"""The algorithm contract (:mod:`fedbench.extension.contract`) over every built-in algorithm, and the
 contract catching deliberately broken ones.
 
 The default run checks a representative subset (FedAvg; FedAvg+, scored with fine-tuned models;
@@ -16,8 +16,8 @@ import torch
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.local import Local
-from fedbench.contract import PROPERTIES, Case, ContractFailure, check_algorithm, difference
-from fedbench.plugins import scratch_registries
+from fedbench.extension.contract import PROPERTIES, Case, ContractFailure, check_algorithm, difference
+from fedbench.registry.plugins import scratch_registries
 
 DIGITS28 = {"source": "digits", "test_fraction": 0.2}
 ENCODER = {"enc": {"dataset": "data", "epochs": 1, "latent_dim": 8, "max_samples": 100, "batch_size": 32}}

@@ -7,14 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbench.config import TRAINING_DEFAULTS, ConfigError
-from fedbench.plan import check_config
-from fedbench.cost import (
-    CellShape, cell_cost, cell_work, choose_device, clustering_seconds, estimated_shape, evaluation_finetune, family_rate, femam_schedule, local_passes, local_samples,
-    frozen_levels, model_cost, relatedness_seconds, runtime_minutes, scored_rows, server_average_seconds, summary_shape,
+from fedbench.config.cells import TRAINING_DEFAULTS, ConfigError
+from fedbench.planning.validate import check_config
+from fedbench.cost.model import (
+    CellShape, cell_cost, cell_work, choose_device, clustering_seconds, estimated_shape, evaluation_finetune, family_rate, femam_schedule, local_passes, local_samples, frozen_levels, model_cost, relatedness_seconds, runtime_minutes, scored_rows, server_average_seconds, summary_shape,
 )
 from fedbench.engine.memory import MemoryBudgetError
-from fedbench.job_memory import check_one_client_fits
+from fedbench.cost.memory import check_one_client_fits
 
 MLR = {"arch": "mlr"}  # Linear(4, 3)
 MLP = {"arch": "mlp", "hidden": [5]}  # Linear(4, 5) - ReLU - Linear(5, 3)
@@ -198,8 +197,8 @@ def test_a_budget_too_small_stops_the_config_before_any_job():
 
 
 def test_cost_command_counts_the_jobs_and_marks_uncalibrated_gpu_figures(tmp_path, capsys, monkeypatch):
-    import fedbench.cost_report as cost_report
-    from fedbench.cost import throughputs
+    import fedbench.planning.cost_report as cost_report
+    from fedbench.cost.model import throughputs
 
     config_file = Path(__file__).parent / "data" / "tiny_config.yaml"
     measured = throughputs()
@@ -325,8 +324,8 @@ def test_a_cell_trains_at_its_numerics_settings_measured_rate_and_evaluates_at_f
 
 
 def test_the_cost_command_estimates_a_grid_at_another_numerics_setting(capsys, monkeypatch):
-    import fedbench.cost_report as cost_report
-    from fedbench.cost import throughputs
+    import fedbench.planning.cost_report as cost_report
+    from fedbench.cost.model import throughputs
 
     config = yaml.safe_load((Path(__file__).parent / "data" / "tiny_config.yaml").read_text())
     measured = throughputs()

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-import fedbench.cost_report as cost_report
-from fedbench.cost_report import check_runs, cpu_seconds, last_cpu_sample, median_error
+import fedbench.planning.cost_report as cost_report
+from fedbench.planning.cost_report import check_runs, cpu_seconds, last_cpu_sample, median_error
 
 # two clients of 50 training and 10 test rows, 4 features, 3 classes: MLR (Linear(4, 3)), 48 FLOPs a
 # trained sample, 24 a scored one

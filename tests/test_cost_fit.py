@@ -1,4 +1,4 @@
-"""``python -m fedbench.cost_report --fit``: the overhead constants fitted to finished runs' CPU time
+"""``python -m fedbench.planning.cost_report --fit``: the overhead constants fitted to finished runs' CPU time
 (scipy's non-negative least squares on the relative error) recover constants planted in synthetic
 runs, name the terms the runs cannot tell apart, and are written into the throughput file in place."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-import fedbench.cost_report as cost_report
-from fedbench.cost_fit import fit_overheads, median_abs_error, parse_terms, predicted, write_constants
-from fedbench.cost_report import last_cpu_sample
+import fedbench.planning.cost_report as cost_report
+from fedbench.planning.cost_fit import fit_overheads, median_abs_error, parse_terms, predicted, write_constants
+from fedbench.planning.cost_report import last_cpu_sample
 
 PLANTED = {"job_overhead_s": 30.0, "round_overhead_s": 0.5, "step_overhead_s": 0.2, "eval_overhead_s": 1.0}
 

@@ -4,10 +4,9 @@ evaluation (config/throughputs.yaml's ``*_overhead_s``)."""
 
 import pytest
 
-from fedbench.config import TRAINING_DEFAULTS
-from fedbench.cost import (
-    CellShape, cell_cost, cell_work, counted_steps, evaluations, expected_max, local_samples, local_steps, overhead,
-    training_clients,
+from fedbench.config.cells import TRAINING_DEFAULTS
+from fedbench.cost.model import (
+    CellShape, cell_cost, cell_work, counted_steps, evaluations, expected_max, local_samples, local_steps, overhead, training_clients,
 )
 
 MLR = {"arch": "mlr"}  # Linear(4, 3): 48 FLOPs a trained sample, 24 a scored one

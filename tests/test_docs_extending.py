@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from fedbench.plan import validate_config
-from fedbench.plugins import scratch_registries
+from fedbench.planning.validate import validate_config
+from fedbench.registry.plugins import scratch_registries
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "extending.md"

@@ -9,13 +9,14 @@ import torch
 from torch import nn
 
 from conftest import make_data, tiny_digits_config
-from fedbench.config import Cell
-from fedbench.plan import check_config
+from fedbench.config.cells import Cell
+from fedbench.planning.validate import check_config
 from fedbench.engine.batches import effective_batch, make_batch_plan
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
-from fedbench.pipeline import build_partition, run_cell
+from fedbench.run.partition_job import build_partition
+from fedbench.run.cell import run_cell
 
 HUGE = 10**9
 

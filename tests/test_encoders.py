@@ -19,8 +19,8 @@ from conftest import coloured_pixels
 from test_workflow import REPO, TINY_CONFIG, planned_jobs, snakemake, write_config
 
 from fedbench.algorithms import ALGORITHMS
-from fedbench.config import ConfigError
-from fedbench.plan import check_config
+from fedbench.config.cells import ConfigError
+from fedbench.planning.validate import check_config
 from fedbench.data import load_dataset
 from fedbench.algorithms.flt_encoders import embed_clients, load_encoder, plot_loss_curve, pretrain_encoder
 from fedbench.engine.batches import make_batch_plan

@@ -32,7 +32,7 @@ from fedbench.engine.memory import (
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
 from fedbench.engine.wide_model import wide_twin
-from fedbench.protocols import PROTOCOLS
+from fedbench.registry.protocols import PROTOCOLS
 
 
 def identity_classifier() -> nn.Module:

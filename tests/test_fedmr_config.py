@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from fedbench.config import ConfigError
-from fedbench.plan import check_config
+from fedbench.config.cells import ConfigError
+from fedbench.planning.validate import check_config
 from fedbench.data import partition_dataset
 from fedbench.data.partitions_index_file import read_index_file
 from fedbench.data.sources import ArrayDataset
-from fedbench.protocols import PROTOCOLS
+from fedbench.registry.protocols import PROTOCOLS
 
 import pandas as pd
 

@@ -23,7 +23,7 @@ from conftest import make_data, make_federation
 from test_fedmr import bn_model
 from test_fedmr_rounds import (FEDMR_DATA, FEDMR_HP, conflicting_clients, label_counts, mlp, replay_fedmr,
                                run_against_replay, sample_and_train)
-from fedbench.algorithm_registry import PlanContext
+from fedbench.registry.algorithms import PlanContext
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.clusamp import CluSamp, dissimilarity, sampling_distributions
 from fedbench.algorithms.fedexp import fedexp_step_size

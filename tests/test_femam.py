@@ -23,8 +23,8 @@ from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.models.additive import AdditiveLevels, additive_weights
-from fedbench.pipeline import structure_scores
-from fedbench.protocols import PROTOCOLS
+from fedbench.run.cell import structure_scores
+from fedbench.registry.protocols import PROTOCOLS
 from conftest import make_data, make_federation
 
 SIZES = [30, 20, 25, 15, 30, 20]
@@ -1009,9 +1009,10 @@ def test_a_femam_cell_end_to_end_through_the_pipeline(tmp_path):
     columns, the femam protocol's pick is the least-validation-loss round, structure outputs exist."""
     import json
 
-    from fedbench.config import Cell
-    from fedbench.plan import check_config
-    from fedbench.pipeline import build_partition, run_cell
+    from fedbench.config.cells import Cell
+    from fedbench.planning.validate import check_config
+    from fedbench.run.partition_job import build_partition
+    from fedbench.run.cell import run_cell
 
     config = {
         "results": "unused", "device": "cpu", "seeds": [0],

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedbench.config import ConfigError, expand_cells
-from fedbench.plan import check_config
+from fedbench.config.cells import ConfigError, expand_cells
+from fedbench.planning.validate import check_config
 from fedbench.models import MODELS
 from fedbench.results.published import links, load_published, published_rows
 from fedbench.results.scorecard import scorecard

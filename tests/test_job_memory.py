@@ -6,7 +6,7 @@ import torch
 from fedbench.engine.evaluate import evaluate_clients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.weights import broadcast, is_shared, model_weights, shared
-from fedbench.job_memory import CLIENT_MODEL_COPIES, PROCESS_MB, model_bytes, train_job_mb
+from fedbench.cost.memory import CLIENT_MODEL_COPIES, PROCESS_MB, model_bytes, train_job_mb
 from fedbench.models import build_model
 
 

@@ -323,7 +323,7 @@ def test_missing_dataset_names_dataset_directory_and_files(tmp_path, name, folde
     assert name in message and expected_file in message
     assert str((tmp_path / "nowhere" / folder).resolve()) in message
     assert "download" in message.lower() or "copy" in message.lower()
-    # planning finds it before any job, with the loader's own message (fedbench.preflight)
+    # planning finds it before any job, with the loader's own message (fedbench.planning.preflight)
     assert missing_files({"source": name}, tmp_path / "nowhere") == message
     assert not (tmp_path / "nowhere").exists()
 

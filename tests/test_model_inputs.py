@@ -12,8 +12,8 @@ import torch
 import yaml
 from torch import nn
 
-from fedbench.config import ConfigError
-from fedbench.plan import check_config, validate_config
+from fedbench.config.cells import ConfigError
+from fedbench.planning.validate import check_config, validate_config
 from fedbench.models import build_model
 from fedbench.models.registry import _input_problem, input_problem
 

@@ -240,9 +240,10 @@ def test_mnist_half_of_the_grid_runs_on_an_idx_fixture(tmp_path):
     import yaml
     from test_loaders import MNIST_NAMES, write_mnist
 
-    from fedbench.config import Cell
-    from fedbench.plan import check_config
-    from fedbench.pipeline import build_partition, run_cell
+    from fedbench.config.cells import Cell
+    from fedbench.planning.validate import check_config
+    from fedbench.run.partition_job import build_partition
+    from fedbench.run.cell import run_cell
 
     write_mnist(tmp_path / "data" / "MNIST" / "raw", MNIST_NAMES, 400, 100, compress=True)
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments/pfedmt.yaml").read_text())

@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.config import Cell, ConfigError, check_entries, results_settings, resolve_cell
+from fedbench.config.cells import Cell, ConfigError, results_settings, resolve_cell
+from fedbench.config.checks import check_entries
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.federated_data import ClientIndex, FederatedData
@@ -26,8 +27,9 @@ from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.step_runner import EagerFallback
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
-from fedbench.pipeline import build_partition, run_cell
-from fedbench.plan import validate_config
+from fedbench.run.partition_job import build_partition
+from fedbench.run.cell import run_cell
+from fedbench.planning.validate import validate_config
 from conftest import tiny_digits_config
 
 U = 2.0**-8  # bfloat16: 8 significant bits, round to nearest -> relative error at most 2^-8 per rounding

@@ -22,10 +22,11 @@ import pytest
 import torch
 import yaml
 
-from fedbench.algorithm_registry import ALGORITHMS
+from fedbench.registry.algorithms import ALGORITHMS
 from fedbench.algorithms.base import Federation
 from fedbench.algorithms.flt_encoders import encoder_settings
-from fedbench.config import DATASET_KEYS, TRAINING_DEFAULTS
+from fedbench.config.checks import DATASET_KEYS
+from fedbench.config.cells import TRAINING_DEFAULTS
 from fedbench.data.sources import DATASETS
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD

@@ -10,8 +10,8 @@ import numpy as np
 import yaml
 from snakemake.utils import validate
 
-from fedbench.config import expand_partitions
-from fedbench.plan import check_config
+from fedbench.config.cells import expand_partitions
+from fedbench.planning.validate import check_config
 from conftest import coloured_pixels
 from test_loaders import MNIST_NAMES, write_mnist
 from test_workflow import REPO, snakemake, write_config

@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedbench.config import ConfigError
-from fedbench.plan import check_config
+from fedbench.config.cells import ConfigError
+from fedbench.planning.validate import check_config
 from fedbench.results.papers import (
     PAPERS, SHARED, category, config_papers, experiment_paper, paper_experiments, shared_category, write_paper_rows,
 )
-from fedbench.validation import ConfigFileError, check_schema
+from fedbench.config.files import ConfigFileError, check_schema
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = yaml.safe_load((REPO / "tests" / "data" / "tiny_config.yaml").read_text())

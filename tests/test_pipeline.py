@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbench.config import Cell
-from fedbench.plan import check_config
-from fedbench.pipeline import build_partition, choose_device, run_cell
+from fedbench.config.cells import Cell
+from fedbench.planning.validate import check_config
+from fedbench.run.partition_job import build_partition
+from fedbench.run.cell import choose_device, run_cell
 
 CONFIG = {
     "results": "unused",
@@ -81,7 +82,7 @@ GPU_LOSES_SMALL = {"job_overhead_s": 60, "safety_factor": 2.0,
 def test_device_auto_trains_where_the_cost_model_says_faster(tmp_path, partition, monkeypatch):
     """``device: auto`` with CUDA: a tiny MLP cell goes to the CPU (4 rounds x 5 s on the GPU), a big
     ResNet-9 cell to the GPU; the choice and its reason go into metrics.json."""
-    import fedbench.cost as cost
+    import fedbench.cost.model as cost
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(cost, "throughputs", lambda path=None: GPU_LOSES_SMALL)
@@ -118,7 +119,7 @@ def test_adjacency_scores_by_hand():
     density 4/12, cross-group 2/4 (the 1-2 link)."""
     import numpy as np
 
-    from fedbench.pipeline import adjacency_scores
+    from fedbench.run.cell import adjacency_scores
 
     a = np.eye(4, dtype=int)
     a[0, 1] = a[1, 0] = a[1, 2] = a[2, 1] = 1

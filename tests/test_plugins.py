@@ -1,4 +1,4 @@
-"""Plugins (:mod:`fedbench.plugins`): an algorithm from another package, named in the config or found
+"""Plugins (:mod:`fedbench.registry.plugins`): an algorithm from another package, named in the config or found
 by its installed entry point, is checked like a built-in, runs, is tabled and hashed into its runs'
 provenance; a broken plugin stops planning with one line naming it.  The worked example
 (``examples/fedbench_fedavgm``) is loaded from its source tree and run."""
@@ -16,14 +16,15 @@ import pytest
 from conftest import tiny_digits_config
 
 from fedbench.algorithms import ALGORITHMS
-from fedbench.config import Cell, ConfigError, expand_cells
-from fedbench.contract import Case, check_algorithm
-from fedbench.pipeline import build_partition, run_cell
-from fedbench.plan import validate_config
-from fedbench.plugins import installed, load_plugins, scratch_registries
+from fedbench.config.cells import Cell, ConfigError, expand_cells
+from fedbench.extension.contract import Case, check_algorithm
+from fedbench.run.partition_job import build_partition
+from fedbench.run.cell import run_cell
+from fedbench.planning.validate import validate_config
+from fedbench.registry.plugins import installed, load_plugins, scratch_registries
 from fedbench.results.tables import load_metrics, summarise
-from fedbench.stale import stale_outputs
-from fedbench.validation import load_yaml_strict
+from fedbench.planning.stale import stale_outputs
+from fedbench.config.files import load_yaml_strict
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fedbench_fedavgm"
 

@@ -1,4 +1,4 @@
-"""Planning refuses what the jobs would hit (``fedbench.preflight``, run by ``validate_config``
+"""Planning refuses what the jobs would hit (``fedbench.planning.preflight``, run by ``validate_config``
 given the workplace): a results folder where outputs do not belong, a dataset that is not on
 disk, a cell that would run for more than 7 days; each in one line that names the key, with
 nothing written.  The checks are called as the Snakefile calls them; the dry runs that show the
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbench.config import ConfigError
-from fedbench.plan import Workplace, validate_config
-from fedbench.preflight import check_workplace, duration, plan_device, results_problem
+from fedbench.config.cells import ConfigError
+from fedbench.planning.validate import Workplace, validate_config
+from fedbench.planning.preflight import check_workplace, duration, plan_device, results_problem
 from test_workflow import REPO, TINY_CONFIG
 
 TINY = yaml.safe_load(TINY_CONFIG.read_text())

@@ -7,8 +7,8 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from fedbench.config import expand_cells
-from fedbench.plan import check_config
+from fedbench.config.cells import expand_cells
+from fedbench.planning.validate import check_config
 from fedbench.results.published import load_published
 from fedbench.results.scorecard import scorecard
 

@@ -8,13 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import fedbench.pipeline as pipeline
+import fedbench.run.cell as pipeline
 from fedbench.algorithms import ALGORITHMS
-from fedbench.checkpoint import CHECKPOINT_NAME, CheckpointError
-from fedbench.config import Cell
-from fedbench.plan import check_config
+from fedbench.run.checkpoint import CHECKPOINT_NAME, CheckpointError
+from fedbench.config.cells import Cell
+from fedbench.planning.validate import check_config
 from fedbench.data.partition_file import PartitionFileError
-from fedbench.pipeline import build_partition, run_cell
+from fedbench.run.partition_job import build_partition
+from fedbench.run.cell import run_cell
 from fedbench.results.tables import load_metrics, summarise, to_markdown
 
 TRAINING = {"rounds": 6, "batch_size": 16, "lr": 0.1, "participation": 0.6, "eval_every": 2,

@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from fedbench.algorithms import ALGORITHMS, Federation
-from fedbench.checkpoint import CHECKPOINT_NAME
-from fedbench.config import Cell
+from fedbench.run.checkpoint import CHECKPOINT_NAME
+from fedbench.config.cells import Cell
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights
-from fedbench.pipeline import (build_partition, checkpoint, due, evaluate, prepare, resume, run_cell, score_round,
-                               train_round, write)
+from fedbench.run.partition_job import build_partition
+from fedbench.run.cell import checkpoint, due, evaluate, prepare, resume, run_cell, score_round, train_round, write
 from conftest import tiny_digits_config
 
 CONFIG = tiny_digits_config(rounds=4, batch_size=16, lr=0.1, participation=0.5, eval_every=2, checkpoint_every=2)

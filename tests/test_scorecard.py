@@ -189,7 +189,7 @@ def test_every_metric_from_the_same_runs_in_the_papers_units(tmp_path):
 def test_pooled_max_scores_the_global_model_at_its_best_round():
     """pFedMe's average_data: the max over rounds of each run (not the last round), then mean and
     np.std (ddof=0) over runs."""
-    from fedbench.protocols import PROTOCOLS
+    from fedbench.registry.protocols import PROTOCOLS
     from fedbench.results.published import Link
     from fedbench.results.scorecard import reported_number
 
@@ -527,7 +527,7 @@ def test_a_train_figure_the_history_leaves_blank_is_nan_in_a_nullable_history(tm
     """A run whose history has no train accuracy at the reported round gives NaN (not recorded), also
     where the history was read with pandas' nullable dtypes (``dtype_backend="numpy_nullable"``: the
     blank cell is ``pd.NA``, not NaN); the test accuracy at the same (last) round, 0.8, reads as 80 %."""
-    from fedbench.protocols import PROTOCOLS
+    from fedbench.registry.protocols import PROTOCOLS
     from fedbench.results.published import Link
     from fedbench.results.scorecard import reported_number
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedbench.threads import THREAD_VARIABLES, torch_threads_kept, use_threads
+from fedbench.util.threads import THREAD_VARIABLES, torch_threads_kept, use_threads
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 

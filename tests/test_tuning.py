@@ -1,4 +1,4 @@
-"""Fair tuning (fedbench.tuning, fedbench.search_space): equal budgets with the paper's setting among
+"""Fair tuning (fedbench.tuning.trials, fedbench.registry.search_space): equal budgets with the paper's setting among
 the trials, tuning seeds disjoint from the final seeds, validation rows held out of the training rows,
 selection that never reads a test column -- shown by poisoning the test split of real trial runs."""
 
@@ -10,17 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedbench.algorithm_registry import ALGORITHMS
-from fedbench.config import Cell, ConfigError
+from fedbench.registry.algorithms import ALGORITHMS
+from fedbench.config.cells import Cell, ConfigError
 from fedbench.data.partition import Partition, hold_out_validation
 from fedbench.data.partition_file import load_partition, save_partition
-from fedbench.pipeline import build_partition, run_cell
-from fedbench.plan import check_config
-from fedbench.search_space import COMMON_SEARCH, LogRange, Relative
-from fedbench.tuning import (
-    TUNABLE_TRAINING, apply_setting, check_tuning, search_space, select, trial_config, trial_score, trial_settings,
-    write_selection,
+from fedbench.run.partition_job import build_partition
+from fedbench.run.cell import run_cell
+from fedbench.planning.validate import check_config
+from fedbench.registry.search_space import COMMON_SEARCH, LogRange, Relative
+from fedbench.tuning.trials import (
+    TUNABLE_TRAINING, apply_setting, check_tuning, search_space, trial_config, trial_settings,
 )
+from fedbench.tuning.selection import select, trial_score, write_selection
 
 CONFIG = {
     "results": "unused",
@@ -217,7 +218,7 @@ def test_poisoning_the_test_split_leaves_the_choice_unchanged(tmp_path, tuning_p
 
 
 def test_make_stale_looks_at_every_trial_and_tuned_run():
-    from fedbench.stale import tuning_runs
+    from fedbench.planning.stale import tuning_runs
 
     config = copy.deepcopy(CONFIG)
     config["claims_design"] = {"looks": [3, 4]}
@@ -233,7 +234,7 @@ def test_a_tuned_run_at_the_configured_setting_copies_the_paper_run(tmp_path, tu
     """Where tuning chose trial 0 (the configured setting), the finished paper-setting run of the same seed is
     what a tuned run would compute -- shown by training it again -- and is copied; another setting, or code
     changed since the paper run, trains."""
-    from fedbench.tuning import copy_run, reusable_paper_run
+    from fedbench.run.reuse import copy_run, reusable_paper_run
 
     config = {**copy.deepcopy(CONFIG), "results": str(tmp_path / "results")}
     cell = Cell("e", "digits", "dir", "mlr", "fedavg", 50)
@@ -251,6 +252,6 @@ def test_a_tuned_run_at_the_configured_setting_copies_the_paper_run(tmp_path, tu
     trained = json.loads((tmp_path / "trained" / "metrics.json").read_text())
     assert copied["final"] == trained["final"] and copied["reused_from"] == str(paper)
     metrics = json.loads((paper / "metrics.json").read_text())
-    metrics["provenance"]["code_files"]["fedbench/config.py"] = "0" * 16  # as if config.py had changed since
+    metrics["provenance"]["code_files"]["fedbench/config/cells.py"] = "0" * 16  # as if config.py had changed since
     (paper / "metrics.json").write_text(json.dumps(metrics))
     assert reusable_paper_run(config, chosen[0], cell) is None

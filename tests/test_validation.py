@@ -11,10 +11,10 @@ from typing import Annotated, Literal
 import pytest
 import yaml
 
-from fedbench.config import ConfigError
-from fedbench.plan import validate_config
-from fedbench.registry import Range, Registry
-from fedbench.validation import ConfigFileError, load_yaml_strict
+from fedbench.config.cells import ConfigError
+from fedbench.planning.validate import validate_config
+from fedbench.registry.core import Range, Registry
+from fedbench.config.files import ConfigFileError, load_yaml_strict
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = yaml.safe_load((REPO / "tests" / "data" / "tiny_config.yaml").read_text())

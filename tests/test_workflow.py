@@ -115,7 +115,7 @@ def test_every_output_and_log_is_written(tiny_run):
 def test_runs_record_their_provenance_and_code_changes_are_listed(tiny_run, tmp_path):
     """Each metrics.json names the code that ran it; a changed module marks only the cells that
     import it (here: a recorded hash of fedavg.py that no longer matches)."""
-    from fedbench.stale import stale_outputs
+    from fedbench.planning.stale import stale_outputs
 
     config = yaml.safe_load(TINY_CONFIG.read_text())
     config["results"] = str(tmp_path / "results")

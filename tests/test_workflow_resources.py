@@ -21,8 +21,8 @@ import pytest
 import yaml
 from test_workflow import REPO, TINY_CONFIG, planned_jobs, snakemake, write_config
 
-from fedbench.config import Cell, resolve_cell
-from fedbench.cost import cell_cost, runtime_minutes, summary_shape
+from fedbench.config.cells import Cell, resolve_cell
+from fedbench.cost.model import cell_cost, runtime_minutes, summary_shape
 
 
 def two_experiments() -> dict:
@@ -138,9 +138,9 @@ def test_a_diverged_curve_is_marked_with_its_round(saved_figures, tmp_path):
 
 
 def test_a_train_script_edit_is_listed_by_provenance():
-    from fedbench.provenance import CELL_SCRIPTS, changed_files, code_files
+    from fedbench.run.provenance import CELL_SCRIPTS, changed_files, code_files
 
-    roots = ["fedbench.pipeline"]
+    roots = ["fedbench.run.cell"]
     now = code_files(roots, CELL_SCRIPTS)
     assert set(CELL_SCRIPTS) <= set(now)
     edited = {**now, "workflow/scripts/train.py": "0" * 16}

@@ -1,8 +1,8 @@
-"""FL algorithms behind an explicit name -> builder registry.
+"""Layer 4, the algorithms: FL algorithms behind an explicit name -> builder registry.
 
 A builder takes the method's own hyper-parameters as keyword arguments and returns an
 :class:`~fedbench.algorithms.base.Algorithm`.  Importing this package registers all of them; the
-registry itself lives below the algorithms (:mod:`fedbench.algorithm_registry`) and imports this
+registry itself lives below the algorithms (:mod:`fedbench.registry.algorithms`) and imports this
 package on its first lookup, so config validation and provenance never import an algorithm module.
 """
 

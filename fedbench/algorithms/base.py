@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.algorithm_registry import ALGORITHMS, PlanContext, returned_class
+from fedbench.registry.algorithms import ALGORITHMS, PlanContext, returned_class
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients, client_buffers
 from fedbench.engine.federated_data import FederatedData
@@ -209,7 +209,7 @@ class Algorithm:
     keeps_local_bn: ClassVar[bool] = False
     # the models ``client_models`` scores the clients with: "global" (one for every client), "cluster" (one per
     # cluster), "client" (one each); the evaluation scores each distinct model once over its clients' distinct
-    # rows, and the cost model counts the rows so (fedbench.cost.scored_rows)
+    # rows, and the cost model counts the rows so (fedbench.cost.model.scored_rows)
     scored_models: ClassVar[str] = "client"
 
     def check_plan(self, plan: PlanContext) -> str | None:

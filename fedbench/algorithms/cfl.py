@@ -47,7 +47,7 @@ import torch
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.algorithms.clustered import flat, stack
 from fedbench.engine.weights import Weights, rows, weighted_average
-from fedbench.search_space import Relative
+from fedbench.registry.search_space import Relative
 
 
 NORM_WEIGHTINGS = ("samples", "uniform")

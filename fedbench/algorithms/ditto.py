@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
-from fedbench.search_space import LogRange
+from fedbench.registry.search_space import LogRange
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from fedbench.engine.custom_step import train_with_gradient
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.sam_step import asam_step
 from fedbench.engine.weights import Weights, broadcast, shared
-from fedbench.search_space import LogRange
+from fedbench.registry.search_space import LogRange
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, shared
-from fedbench.search_space import LogRange
+from fedbench.registry.search_space import LogRange
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.weights import Weights, broadcast, shared, parameter_names, weighted_average
-from fedbench.search_space import LogRange
+from fedbench.registry.search_space import LogRange
 
 
 def fedexp_step_size(deltas: Weights, weights: torch.Tensor, names: list[str], epsilon: float) -> tuple[float, Weights]:

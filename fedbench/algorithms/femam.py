@@ -64,7 +64,7 @@ from fedbench.engine.frozen_levels import LevelLogits, WeightsIdentity
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
 from fedbench.models.additive import COMBINE, AdditiveLevels, additive_weights, level_key
-from fedbench.search_space import LogRange, Relative
+from fedbench.registry.search_space import LogRange, Relative
 
 KINDS = ("global", "cluster", "personal")
 NEW_LEVEL = ("random_groups", "random_shared", "global_copy")

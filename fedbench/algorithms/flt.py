@@ -51,7 +51,7 @@ from fedbench.clustering.fcr import code_client_order, cut_linkage, fcr, pca_sig
 from fedbench.algorithms.flt_encoders import embed_clients, load_encoder
 from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
-from fedbench.search_space import Relative
+from fedbench.registry.search_space import Relative
 
 CLUSTER_AVERAGES = ("all", "sampled")
 AGGREGATIONS = ("simultaneous", "in_place")

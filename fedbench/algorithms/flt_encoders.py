@@ -38,7 +38,7 @@ from fedbench.data.partition_file import atomic_write
 from fedbench.engine.batches import BatchPlan, make_batch_plan
 from fedbench.engine.device import resolve_device
 from fedbench.engine.federated_data import FederatedData
-from fedbench.plugins import load_plugins
+from fedbench.registry.plugins import load_plugins
 from fedbench.models.convae import ConvAE, autoencoder_spec, build_autoencoder
 
 log = logging.getLogger("fedbench")
@@ -108,7 +108,7 @@ def pretrain_encoder(config: dict, name: str, out_pt, out_curve_csv, device: str
     write the encoder file ``out_pt`` and the loss curve ``out_curve_csv`` (epoch, train_loss,
     test_loss, lr; epoch 0 = before training).  Deterministic per the entry's ``seed`` on the CPU.
     ``provenance``: the record stored in the file (the rule's script computes it with
-    :func:`fedbench.provenance.provenance`; this module does not import the layer above it)."""
+    :func:`fedbench.run.provenance.provenance`; this module does not import the layer above it)."""
     load_plugins(config.get("plugins") or ())  # a plugin's dataset source
     settings = encoder_settings(config, name)
     dev = resolve_device(device or config.get("device", "auto"))

@@ -31,7 +31,7 @@ import torch
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, parameter_names
-from fedbench.search_space import Relative
+from fedbench.registry.search_space import Relative
 
 ADAPTATIONS = ("paper", "code")
 

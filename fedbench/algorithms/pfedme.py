@@ -44,7 +44,7 @@ from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows
-from fedbench.search_space import Relative
+from fedbench.registry.search_space import Relative
 
 PERSONAL_MODELS = ("theta", "local")
 

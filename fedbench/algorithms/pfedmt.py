@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, parameter_names, weighted_average
-from fedbench.search_space import Relative
+from fedbench.registry.search_space import Relative
 
 GLOBAL_STEPS = ("eq4", "algorithm1")
 WEIGHTINGS = ("samples", "uniform")

@@ -1,4 +1,4 @@
-"""Client clustering: FLT's client relatedness FCR (Algorithm 2) and the PCA+kM+HC baseline."""
+"""Layer 4, client clustering: FLT's client relatedness FCR (Algorithm 2) and the PCA+kM+HC baseline."""
 
 from fedbench.clustering.fcr import (
     FCRResult,

@@ -60,7 +60,7 @@ from scipy.spatial.distance import cdist, squareform
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 
-from fedbench.threads import torch_threads_kept
+from fedbench.util.threads import torch_threads_kept
 
 CODE_KMEANS_SEED = 43  # notes §4.1: client KMeans random_state
 CODE_UMAP_SEED = 42  # notes §4.1: UMAP random_state
@@ -251,7 +251,7 @@ def embed_centres(
         raise ValueError(f"order must be a permutation of the {m} clients")
     x = centres[order].reshape(m * k, e)
     # numba's OpenMP layer, started by UMAP's first parallel kernel, resets the OpenMP thread count
-    # that torch's CPU pool reads (fedbench/threads.py); keep the training's thread count.
+    # that torch's CPU pool reads (fedbench/util/threads.py); keep the training's thread count.
     with torch_threads_kept():
         import umap  # imported lazily: importing umap-learn is slow (numba)
 

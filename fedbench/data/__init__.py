@@ -1,4 +1,4 @@
-"""Datasets (``sources``), non-IID partitioners (``partition`` + one module per family) and
+"""Layer 1, the data: datasets (``sources``), non-IID partitioners (``partition`` + one module per family) and
 their on-disk form (``partition_file``).  Importing this package registers every source
 and partitioner."""
 

@@ -31,7 +31,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from fedbench.data.sources import ArrayDataset
-from fedbench.registry import Registry
+from fedbench.registry.core import Registry
 
 PARTITIONERS: Registry = Registry("partition kind")
 
@@ -121,7 +121,7 @@ def split_clients(samples: ClientSamples, test_fraction: float, val_fraction: fl
 
 def hold_out_validation(partition: Partition, fraction: float, seed: int) -> Partition:
     """Hold out ``fraction`` of every client's training rows as its validation rows (a tuning
-    trial's selection data, :mod:`fedbench.tuning`); test rows are untouched.  A partition that has
+    trial's selection data, :mod:`fedbench.tuning.trials`); test rows are untouched.  A partition that has
     validation rows already keeps them.  scikit-learn's ``train_test_split``, seeded from ``seed``;
     a client with fewer than 2 training rows keeps them all and has no validation row."""
     if partition.val is not None or not fraction:

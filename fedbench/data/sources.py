@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbench.registry import Registry
+from fedbench.registry.core import Registry
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""The engine: federated data on the device, stacked client weights, vectorised training and evaluation."""
+"""Layer 2, the training engine: federated data on the device, stacked client weights, vectorised training and evaluation."""

@@ -7,7 +7,7 @@ import json
 
 from torch import nn
 
-from fedbench.registry import Registry
+from fedbench.registry.core import Registry
 
 MODELS: Registry = Registry("model architecture")
 

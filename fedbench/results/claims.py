@@ -22,7 +22,7 @@ smallest effect its seeds could have detected.  Without ``claims_design`` there 
 config's seeds with ``alpha = 0.025``: the 95 % interval.  The config's ``seeds`` are the pilot; the
 workflow adds the next seeds (:func:`design_seeds`) to claims still undecided, look by look.  A pilot
 run that is missing is an error (:class:`ClaimError`); a diverged run (no number) leaves its seed out
-and is counted.  A claim on a tuned experiment (``tune:``, :mod:`fedbench.tuning`) is read twice:
+and is counted.  A claim on a tuned experiment (``tune:``, :mod:`fedbench.tuning.trials`) is read twice:
 at the paper's setting and tuned (``setting``), side by side.
 
 The workflow's rule ``paper_claims`` writes each paper's table from its runs (:func:`write_claims`);
@@ -43,7 +43,7 @@ import pandas as pd
 from scipy import stats
 
 from fedbench.data.partition_file import atomic_write
-from fedbench.protocols import PROTOCOLS
+from fedbench.registry.protocols import PROTOCOLS
 from fedbench.results.convergence import TARGET_METRICS, run_time_to_target, target_label
 from fedbench.results.papers import PAPERS as PAPER_NAMES
 from fedbench.results.papers import experiment_paper
@@ -51,7 +51,7 @@ from fedbench.results.published import load_published
 from fedbench.results.sequential import (EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, Design, decide,
                                         sequential_verdicts)
 from fedbench.results.tables import CELL_COLUMNS, PERCENT_METRICS, load_metrics
-from fedbench.validation import load_yaml_strict
+from fedbench.config.files import load_yaml_strict
 
 METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi", "ari_planted", *TARGET_METRICS)
 """What a claim may compare (columns of :func:`fedbench.results.tables.load_metrics`; ``global_accuracy``
@@ -527,7 +527,7 @@ VERDICT_LEGEND = (
     "to compare: a method's runs diverged on every seed of the look; more seeds are not drawn).  *seeds*: the seeds the verdict read and "
     "the look (fedbench.results.sequential: with L looks each interval is at 1 − 2α/L, so a wrong directional "
     "verdict has probability at most α over all looks).  *tuned*: the same claim after every method was tuned on "
-    "validation rows with the same budget (fedbench.tuning), re-run on seeds tuning never used.")
+    "validation rows with the same budget (fedbench.tuning.trials), re-run on seeds tuning never used.")
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -613,7 +613,7 @@ def setting_root(config: dict, setting: str) -> Path:
 
 def _metrics_paths(config: dict, name: str, seed: int, setting: str = "paper") -> list[Path]:
     """``metrics.json`` of every run claim ``name`` reads for ``seed`` at ``setting``, under the config's
-    ``results`` (the layout of :meth:`fedbench.config.Cell.run_dir`)."""
+    ``results`` (the layout of :meth:`fedbench.config.cells.Cell.run_dir`)."""
     claim = config["claims"][name]
     root = setting_root(config, setting) / claim["experiment"]
     return [root / d / p / m / a / f"seed{seed}" / "metrics.json"

@@ -35,7 +35,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from fedbench.data.partition_file import atomic_write
-from fedbench.protocols import PROTOCOLS
+from fedbench.registry.protocols import PROTOCOLS
 from fedbench.results.tables import order_rows
 
 MEGABYTE = 1e6  # decimal megabytes, as the report states them

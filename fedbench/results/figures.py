@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from fedbench.data.partition_file import atomic_write
-from fedbench.protocols import PROTOCOLS
+from fedbench.registry.protocols import PROTOCOLS
 from fedbench.results.published import links
 from fedbench.results.tables import CELL_COLUMNS, order_rows
 

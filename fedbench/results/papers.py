@@ -3,7 +3,7 @@
 Every experiment names its paper in its ``paper:`` key (``config/experiments/*.yaml`` do; the
 schema lists the choices, :data:`PAPERS`).  An experiment without the key belongs to the paper of
 its ``published`` block, and to the default suite where it has none; a ``paper:`` that contradicts
-the ``published`` block's is a config error (:func:`fedbench.plan.check_config`).  The HTML
+the ``published`` block's is a config error (:func:`fedbench.planning.validate.check_config`).  The HTML
 report has one category per paper (and one for the default suite), each with its tables,
 scorecard, curves and structure figures; outputs that several papers share (a partition two
 papers' experiments train on, or one only ``partition_grid`` builds) go to :data:`SHARED`.

@@ -37,10 +37,10 @@ from typing import Callable, Iterable, NamedTuple
 
 import pandas as pd
 
-from fedbench.algorithm_registry import algorithm_class
-from fedbench.plugins import load_plugins
+from fedbench.registry.algorithms import algorithm_class
+from fedbench.registry.plugins import load_plugins
 from fedbench.data.partition_file import atomic_write
-from fedbench.protocols import PROTOCOLS, Protocol
+from fedbench.registry.protocols import PROTOCOLS, Protocol
 from fedbench.results.agreement import STD_ERROR, agreement, spread, statistic_of
 from fedbench.results.published import Link, links, published_rows
 from fedbench.results.tables import format_mean_std

@@ -1,5 +1,5 @@
 """The sensitivity figure of a tuned experiment: every trial's validation score against the knob it
-varied, one panel per algorithm entry (fedbench.tuning; the rule ``tuning_figure``)."""
+varied, one panel per algorithm entry (fedbench.tuning.trials; the rule ``tuning_figure``)."""
 
 from __future__ import annotations
 

@@ -13,16 +13,16 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from fedbench.config import Cell, expand_cells, expand_partitions, identity_training, resolve_cell
-from fedbench.cost import cell_cost, estimated_shape, runtime_minutes, summary_shape
+from fedbench.config.cells import Cell, expand_cells, expand_partitions, identity_training, resolve_cell
+from fedbench.cost.model import cell_cost, estimated_shape, runtime_minutes, summary_shape
 from fedbench.engine.memory import MemoryBudgetError
-from fedbench.job_memory import check_one_client_fits
+from fedbench.cost.memory import check_one_client_fits
 from fedbench.results.papers import GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category
 from fedbench.results.claims import claim_algorithms, claim_cells, claims_design, design_seeds, evaluated_claims
-from fedbench.tuning import trial_config, tune_block, tuned_experiments
-from fedbench.plan import Workplace, validate_config
-from fedbench.preflight import plan_device
-from fedbench.validation import ConfigFileError
+from fedbench.tuning.trials import trial_config, tune_block, tuned_experiments
+from fedbench.planning.validate import Workplace, validate_config
+from fedbench.planning.preflight import plan_device
+from fedbench.config.files import ConfigFileError
 
 
 def train_gpus():
@@ -35,7 +35,7 @@ def train_gpus():
 
 
 def workplace():
-    """Where this plan runs (fedbench.preflight); ``None`` inside a job, which the plan already checked."""
+    """Where this plan runs (fedbench.planning.preflight); ``None`` inside a job, which the plan already checked."""
     if not workflow.is_main_process:
         return None
     return Workplace(Path(workflow.basedir), Path.cwd(), train_gpus(), command_targets() == {"claims"})
@@ -327,10 +327,10 @@ def _train_cost(experiment, dataset, partition, model, algorithm, summary_path):
 
 
 def train_cost(wildcards, input):
-    """The cost model's estimate for a training job (fedbench.cost): its work from the cell and its
+    """The cost model's estimate for a training job (fedbench.cost.model): its work from the cell and its
     partition's summary (ready before the job runs), its time from the measured throughputs of
     the model's family on the config's device (config/throughputs.yaml), its memory
-    (fedbench.job_memory).  A budget too small for one client stops the workflow here, before the job."""
+    (fedbench.cost.memory).  A budget too small for one client stops the workflow here, before the job."""
     w = wildcards
     return _train_cost(w.experiment, w.dataset, w.partition, w.model, w.algorithm, input.summary)
 
@@ -353,9 +353,9 @@ def encoder_settings(wildcards):
 
 # ---- library sources --------------------------------------------------------------
 # Partitions, encoders and training runs do NOT depend on the library's files nor on their rule
-# scripts: each records the provenance of its code and script (fedbench.provenance), finished
+# scripts: each records the provenance of its code and script (fedbench.run.provenance), finished
 # results stay when code changes, and
-# `python -m fedbench.stale` / `make rerun-stale` list and rerun the out-of-date ones.
+# `python -m fedbench.planning.stale` / `make rerun-stale` list and rerun the out-of-date ones.
 # Tables and figures are cheap and are remade when their code changes.
 
 
@@ -375,7 +375,7 @@ def results_sources():
     return library_sources("fedbench/results/**/*.py") + scripts
 
 
-# ---- tuning (workflow/rules/tune.smk, fedbench.tuning) ----------------------------------------
+# ---- tuning (workflow/rules/tune.smk, fedbench.tuning.trials) ----------------------------------------
 
 
 def tuned_blocks(experiment=None):

@@ -7,7 +7,7 @@ rule gamma_sweep_figure:
     input:
         metrics=lambda w: gamma_sweep_inputs(w, "metrics"),
         partitions=lambda w: gamma_sweep_inputs(w, "partitions"),
-        code=library_sources("fedbench/results/**/*.py", "fedbench/clustering/*.py", "fedbench/pipeline.py", "workflow/scripts/gamma_sweep.py", "workflow/scripts/common.py"),
+        code=library_sources("fedbench/results/**/*.py", "fedbench/clustering/*.py", "fedbench/run/cell.py", "workflow/scripts/gamma_sweep.py", "workflow/scripts/common.py"),
     output:
         png=report(
             f"{RESULTS}/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.png",

@@ -20,7 +20,7 @@ rule train_cell:
     # ahead of the tuned runs: one whose tuning chose the configured setting copies this run (train_tuned.py)
     priority: 1
     resources:
-        # from the cost model (fedbench/cost.py, config/throughputs.yaml); docs/cluster.md, "Cost and resources"
+        # from the cost model (fedbench/cost/model.py, config/throughputs.yaml); docs/cluster.md, "Cost and resources"
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     conda:

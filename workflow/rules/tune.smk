@@ -1,4 +1,4 @@
-# Stage 2b: fair tuning (an experiment's ``tune:`` block, fedbench.tuning): every algorithm entry gets
+# Stage 2b: fair tuning (an experiment's ``tune:`` block, fedbench.tuning.trials): every algorithm entry gets
 # the same number of trials on the tuning seeds, each an ordinary cell run with part of every client's
 # training rows held out for validation; selection reads the validation rows only; the chosen setting
 # is re-run on the config's seeds (and the seeds the claims add) under tuned/.

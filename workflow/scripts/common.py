@@ -14,7 +14,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 if str(REPOSITORY) not in sys.path:
     sys.path.insert(0, str(REPOSITORY))
 
-from fedbench.threads import use_threads  # noqa: E402  (re-exported for the scripts; imports no library)
+from fedbench.util.threads import use_threads  # noqa: E402  (re-exported for the scripts; imports no library)
 
 # numba's compile cache, one for every job of this working directory (before any script imports numba): FLT's
 # relatedness step loads UMAP's compiled kernels from it instead of compiling them in every job

@@ -7,7 +7,7 @@ log_to(smk.log[0])
 use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the cores Snakemake gave the job
 
 from fedbench.algorithms.flt_encoders import plot_loss_curve, pretrain_encoder  # noqa: E402
-from fedbench.provenance import ENCODER_SCRIPTS, encoder_roots, provenance  # noqa: E402
+from fedbench.run.provenance import ENCODER_SCRIPTS, encoder_roots, provenance  # noqa: E402
 
 entry = smk.config["encoders"][smk.wildcards.encoder]
 record = provenance(encoder_roots(smk.config["datasets"][entry["dataset"]]), ENCODER_SCRIPTS)

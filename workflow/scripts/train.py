@@ -10,10 +10,10 @@ use_threads(smk.threads)  # torch, OpenMP/MKL/OpenBLAS and numba pools: the core
 
 import sys  # noqa: E402
 
-from fedbench.checkpoint import CheckpointError  # noqa: E402
-from fedbench.config import Cell  # noqa: E402
+from fedbench.run.checkpoint import CheckpointError  # noqa: E402
+from fedbench.config.cells import Cell  # noqa: E402
 from fedbench.data.partition_file import PartitionFileError  # noqa: E402
-from fedbench.pipeline import run_cell  # noqa: E402
+from fedbench.run.cell import run_cell  # noqa: E402
 
 w = smk.wildcards
 cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))

@@ -13,9 +13,10 @@ smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
 use_threads(smk.threads)
 
-from fedbench.config import Cell  # noqa: E402
-from fedbench.pipeline import run_cell  # noqa: E402
-from fedbench.tuning import apply_setting, copy_run, reusable_paper_run  # noqa: E402
+from fedbench.config.cells import Cell  # noqa: E402
+from fedbench.run.cell import run_cell  # noqa: E402
+from fedbench.tuning.trials import apply_setting  # noqa: E402
+from fedbench.run.reuse import copy_run, reusable_paper_run
 
 w = smk.wildcards
 cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))

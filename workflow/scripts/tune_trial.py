@@ -1,5 +1,5 @@
 """Rule ``tune_trial``: one tuning trial -- the cell at the trial's setting on a tuning seed, with the
-tune block's share of every client's training rows held out as validation rows (fedbench.tuning)."""
+tune block's share of every client's training rows held out as validation rows (fedbench.tuning.trials)."""
 
 import os
 
@@ -9,9 +9,9 @@ smk = snakemake  # noqa: F821  (injected by Snakemake's script directive)
 log_to(smk.log[0])
 use_threads(smk.threads)
 
-from fedbench.config import Cell  # noqa: E402
-from fedbench.pipeline import run_cell  # noqa: E402
-from fedbench.tuning import trial_config  # noqa: E402
+from fedbench.config.cells import Cell  # noqa: E402
+from fedbench.run.cell import run_cell  # noqa: E402
+from fedbench.tuning.trials import trial_config  # noqa: E402
 
 w = smk.wildcards
 cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))

@@ -4,12 +4,12 @@ import numpy as np
 import torch
 
 from fedbench.algorithms import ALGORITHMS, Federation
-from fedbench.contract import Case, check_algorithm
+from fedbench.extension.contract import Case, check_algorithm
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
-from fedbench.plugins import load_plugins
+from fedbench.registry.plugins import load_plugins
 
 PLUGIN = "fedbench_fedavgm.fedavgm"
 

@@ -1,4 +1,4 @@
-"""The two jobs the workflow runs per cell: build a partition, and train + evaluate one cell.
+"""The training job of one cell: train and evaluate it, write its outputs.
 
 :func:`run_cell` is a sequence of stages, each a function a test can call on its own:
 :func:`prepare` (data, model, federation, algorithm), :func:`resume` (from a checkpoint or round 1),
@@ -21,10 +21,11 @@ from tqdm.auto import tqdm
 
 import fedbench
 from fedbench.algorithms import ALGORITHMS, Algorithm, Federation
-from fedbench.checkpoint import CHECKPOINT_NAME, capture_rng, fingerprint, load_checkpoint, restore_rng, save_checkpoint
-from fedbench.config import Cell, resolve_cell, results_settings
-from fedbench.data.partition_file import atomic_write, load_partition, save_partition
-from fedbench.data import partition_dataset
+from fedbench.run.checkpoint import (
+    CHECKPOINT_NAME, capture_rng, fingerprint, load_checkpoint, restore_rng, save_checkpoint,
+)
+from fedbench.config.cells import Cell, resolve_cell, results_settings
+from fedbench.data.partition_file import atomic_write, load_partition
 from fedbench.data.partition import hold_out_validation
 from fedbench.data import load_dataset
 from fedbench.engine.device import peak_memory_mb, resolve_device
@@ -37,26 +38,16 @@ from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.models import build_model
-from fedbench.plugins import load_plugins
-from fedbench.protocols import PROTOCOLS
-from fedbench.provenance import CELL_SCRIPTS, PARTITION_SCRIPTS, cell_roots, partition_roots, provenance
-from fedbench.tracking import TensorBoardLog, tensorboard_dir
+from fedbench.registry.plugins import load_plugins
+from fedbench.registry.protocols import PROTOCOLS
+from fedbench.run.provenance import CELL_SCRIPTS, cell_roots, provenance
+from fedbench.run.tracking import TensorBoardLog, tensorboard_dir
 
 log = logging.getLogger("fedbench")
 
 TRAINERS = {"vectorised": VectorisedTrainer, "reference": ReferenceTrainer}
 
 
-def build_partition(config: dict, dataset: str, partition: str, seed: int, npz_path, json_path) -> None:
-    """Partition ``dataset`` with the config's ``partition`` entry and generator seed ``seed``."""
-    load_plugins(config.get("plugins") or ())  # a plugin's dataset source or partitioner
-    data = load_dataset(config["datasets"][dataset], config.get("data_root", "data"))
-    spec = config["partitions"][partition]
-    parts = partition_dataset(data, spec, seed)
-    meta = {"dataset": dataset, "partition": partition, "seed": seed, "spec": spec, "input_shape": list(data.input_shape),
-            "provenance": provenance(partition_roots(config["datasets"][dataset], spec), PARTITION_SCRIPTS)}
-    save_partition(parts, data.y, data.num_classes, npz_path, json_path, meta)
-    log.info("partition %s/%s seed %d: %d clients", dataset, partition, seed, parts.num_clients)
 
 
 def _cluster_scores(recovered, truth) -> dict[str, float]:
@@ -239,7 +230,7 @@ def prepare(config: dict, cell: Cell, partition_npz, out_dir, device: str | None
 
 def choose_device(requested: str, spec: dict, partition_npz) -> tuple[torch.device, str]:
     """The device a cell trains on and why.  ``cpu``/``cuda[:N]`` as the config names it; ``auto``: the
-    CPU without CUDA, and with CUDA the device :func:`fedbench.cost.choose_device` estimates faster for
+    CPU without CUDA, and with CUDA the device :func:`fedbench.cost.model.choose_device` estimates faster for
     this cell (the cost model's seconds on each, from ``config/throughputs.yaml``; a tiny model's rounds
     can be slower on a GPU than on the CPU), the cell's shape from its partition's summary ``.json``
     beside ``partition_npz`` where present, else from the dataset's facts."""
@@ -247,7 +238,7 @@ def choose_device(requested: str, spec: dict, partition_npz) -> tuple[torch.devi
         return resolve_device(requested), f"device: {requested} (the config's)"
     if not torch.cuda.is_available():
         return resolve_device("cpu"), "device auto: no CUDA available"
-    from fedbench import cost
+    from fedbench.cost import model as cost
 
     try:
         summary = Path(partition_npz).with_suffix(".json")
@@ -561,7 +552,7 @@ def run_cell(config: dict, cell: Cell, partition_npz, out_dir, device: str | Non
     """Train and evaluate one cell; write ``metrics.json``, ``history.csv`` and ``clients.csv`` to ``out_dir``.
 
     Every ``training.checkpoint_every`` rounds the run's whole state goes to ``out_dir/checkpoint.pt``
-    (:mod:`fedbench.checkpoint`); a rerun continues from there and ends with the same numbers.  A
+    (:mod:`fedbench.run.checkpoint`); a rerun continues from there and ends with the same numbers.  A
     round whose training loss is NaN or infinite ends the run: ``metrics.json`` says
     ``status: diverged`` and the round, with no final numbers."""
     run = prepare(config, cell, partition_npz, out_dir, device)

@@ -19,8 +19,8 @@ Each property is checked on one tiny cell (:class:`Case`: 4 clients of scikit-le
 A property that cannot apply to an algorithm is declared exempt on its case, with the reason
 (``Case(exempt={"resume": "why"})``); the report lists it.  From a shell::
 
-    python -m fedbench.contract my_package.my_method            # every algorithm the plugin registers
-    python -m fedbench.contract fedavg --param local_steps=2     # a registered algorithm, with parameters
+    python -m fedbench.extension.contract my_package.my_method            # every algorithm the plugin registers
+    python -m fedbench.extension.contract fedavg --param local_steps=2     # a registered algorithm, with parameters
 """
 
 from __future__ import annotations
@@ -38,13 +38,15 @@ import pandas as pd
 import torch
 import yaml
 
-from fedbench.algorithm_registry import ALGORITHMS
-from fedbench.checkpoint import load_checkpoint, save_checkpoint
-from fedbench.config import Cell, check_entries
-from fedbench.cost import scored_models
+from fedbench.registry.algorithms import ALGORITHMS
+from fedbench.run.checkpoint import load_checkpoint, save_checkpoint
+from fedbench.config.cells import Cell
+from fedbench.config.checks import check_entries
+from fedbench.cost.model import scored_models
 from fedbench.engine.weights import model_weights
-from fedbench.pipeline import build_partition, checkpoint, due, evaluate, prepare, resume, train_round, write
-from fedbench.plugins import PluginError, load_plugin, load_plugins
+from fedbench.run.partition_job import build_partition
+from fedbench.run.cell import checkpoint, due, evaluate, prepare, resume, train_round, write
+from fedbench.registry.plugins import PluginError, load_plugin, load_plugins
 
 PROPERTIES = ("deterministic", "resume", "checkpoint", "test_rows", "ignored_training", "scoring")
 TINY_TRAINING = {"rounds": 2, "batch_size": 16, "lr": 0.1, "participation": 0.75, "eval_every": 1, "checkpoint_every": 1}
@@ -370,7 +372,7 @@ def registered_by(module: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedbench.contract",
+    parser = argparse.ArgumentParser(prog="python -m fedbench.extension.contract",
                                      description="Check that an algorithm passes fedbench's algorithm contract.")
     parser.add_argument("target", help="a plugin module (checks every algorithm it registers) or a registered algorithm")
     parser.add_argument("--algorithm", help="only this algorithm of the plugin")

@@ -1,17 +1,17 @@
 """What a config will cost, before any job: training jobs, CPU-hours and GPU-hours per experiment.
 
-    python -m fedbench.cost_report config/experiments/femam.yaml            # one paper grid
-    python -m fedbench.cost_report config/experiments/{femam,fedmr,pfedmt,flt}.yaml
+    python -m fedbench.planning.cost_report config/experiments/femam.yaml            # one paper grid
+    python -m fedbench.planning.cost_report config/experiments/{femam,fedmr,pfedmt,flt}.yaml
     make cost CONFIG=config/experiments/femam.yaml
-    python -m fedbench.cost_report --numerics bf16+cl+compile config/experiments/femam.yaml   # every cell at that setting
-    python -m fedbench.cost_report --check results/fedmr_claims      # predicted vs measured, finished runs
+    python -m fedbench.planning.cost_report --numerics bf16+cl+compile config/experiments/femam.yaml   # every cell at that setting
+    python -m fedbench.planning.cost_report --check results/fedmr_claims      # predicted vs measured, finished runs
     make cost CHECK=results/fedmr_claims
-    python -m fedbench.cost_report --fit results/fedmr_claims --fit results/pfedmt [--write]   # fit the CPU overheads
+    python -m fedbench.planning.cost_report --fit results/fedmr_claims --fit results/pfedmt [--write]   # fit the CPU overheads
     make cost-fit FIT="results/fedmr_claims results/pfedmt" [WRITE=1]
 
 Each file is one config (as ``snakemake --configfile F --replace-workflow-config`` runs it): its cells,
 its tuning trials and tuned runs, and the most seeds the claims' looks may add.  The
-estimates are :mod:`fedbench.cost`'s, the same that size every training job's ``runtime``
+estimates are :mod:`fedbench.cost.model`'s, the same that size every training job's ``runtime``
 (without its safety factor): a cell's shape from its partition's summary where the partition
 exists under the config's ``results`` root, else from the dataset's facts.  A figure marked ``*``
 rests on the device's assumed throughput (no measurement of that model family there, or none at
@@ -19,7 +19,7 @@ the cell's input size).
 
 ``--check ROOT`` compares, for every finished run under a results root (``metrics.json`` with
 ``status: completed``, under ``runs/``, ``tuning/trials/``, ``tuned/runs/`` or anywhere below), the
-estimate of :func:`fedbench.cost.cell_cost` (the function that sizes the jobs' ``runtime``, with the
+estimate of :func:`fedbench.cost.model.cell_cost` (the function that sizes the jobs' ``runtime``, with the
 run's recorded hyperparameters and device, its shape from its partition's summary under
 ``ROOT/partitions`` where present, else from the dataset's facts) with the measured wall time: the
 job's Snakemake benchmark (``ROOT/benchmarks/.../seed<k>.tsv``, ``s``: the whole job) where there
@@ -38,7 +38,7 @@ trials, tuned runs) summed per stage in CPU-hours and wall hours (:func:`stage_t
 
 ``--fit ROOT`` (repeatable) fits the device's overhead constants (``job_overhead_s``,
 ``step_overhead_s``, ``round_overhead_s``, ``eval_overhead_s``; ``--terms`` picks some) to those
-runs' CPU time by non-negative least squares on the relative error (:mod:`fedbench.cost_fit`), prints
+runs' CPU time by non-negative least squares on the relative error (:mod:`fedbench.planning.cost_fit`), prints
 them beside the file's with the median |predicted / CPU time - 1| before and after over all runs,
 per root, experiment, algorithm and family, and, with several roots, each root held out (fitted to
 the others, checked on it); ``--write`` sets them in ``config/throughputs.yaml`` (the lines replaced
@@ -55,14 +55,18 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from fedbench import cost_fit
-from fedbench.config import TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
-from fedbench.cost import OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs
+from fedbench.planning import cost_fit
+from fedbench.config.cells import (
+    TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell,
+)
+from fedbench.cost.model import (
+    OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs,
+)
 from fedbench.engine.numerics import Numerics
-from fedbench.plugins import load_plugins
+from fedbench.registry.plugins import load_plugins
 from fedbench.results.claims import claim_algorithms, claim_cells, design_seeds, evaluated_claims
-from fedbench.tuning import trial_config, tune_block, tuned_experiments
-from fedbench.validation import load_yaml_strict
+from fedbench.tuning.trials import trial_config, tune_block, tuned_experiments
+from fedbench.config.files import load_yaml_strict
 
 DEVICES = ("cpu", "cuda")
 ADDED_SEEDS = "claims: added seeds, at most"  # the row of the jobs the claims' looks may add
@@ -299,7 +303,7 @@ def stage_report(root: str | Path) -> str:
 def check_runs(root: str | Path, table: dict | None = None) -> tuple[list[dict], list[str]]:
     """(one row per finished run under ``root``: ``run``, ``algorithm``, ``family``, ``device``,
     ``predicted``, ``measured``, ``source``, ``cpu_share``, ``cpu_s`` (:func:`cpu_seconds`), ``ratio``,
-    ``calibrated``, ``estimated``, ``root``, ``experiment``, and for a fit (:mod:`fedbench.cost_fit`)
+    ``calibrated``, ``estimated``, ``root``, ``experiment``, and for a fit (:mod:`fedbench.planning.cost_fit`)
     ``flop_seconds`` and the overheads' ``counts``; what was skipped and why)."""
     root = Path(root)
     table = table or throughputs()
@@ -351,7 +355,7 @@ def check_report(root: str, rows: list[dict] | None = None, skipped: list[str] |
     against the wall time and against the job's CPU time."""
     if rows is None:
         rows, skipped = check_runs(root)
-    lines = [f"{root}: {len(rows)} finished runs (predicted: fedbench.cost.cell_cost before the safety factor)"]
+    lines = [f"{root}: {len(rows)} finished runs (predicted: fedbench.cost.model.cell_cost before the safety factor)"]
     if rows:
         width = min(max(len(row["run"]) for row in rows), 90)
         lines.append(f"  {'run':<{width}} {'algorithm':<10} {'family':<10} {'device':<6} {'predicted s':>11} "
@@ -374,7 +378,7 @@ def check_report(root: str, rows: list[dict] | None = None, skipped: list[str] |
             lines.append(f"  median |predicted/CPU time - 1| over the {len(timed)} runs with a benchmark's CPU time: "
                          f"{100 * median_error(timed, 'cpu_s'):.1f} % (median ratio "
                          f"{statistics.median(row['predicted'] / row['cpu_s'] for row in timed):.2f}; CPU time: the "
-                         "benchmark's cpu_time extrapolated to the job's end, fedbench.cost_report.cpu_seconds)")
+                         "benchmark's cpu_time extrapolated to the job's end, fedbench.planning.cost_report.cpu_seconds)")
         sampled = [row for row in rows if row["cpu_share"]]
         if sampled:  # the benchmark's cpu_time as it stands (its last sample: up to 30 s short of the job's end)
             error = statistics.median(abs(row["ratio"] / row["cpu_share"] - 1) for row in sampled)
@@ -387,7 +391,7 @@ def check_report(root: str, rows: list[dict] | None = None, skipped: list[str] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedbench.cost_report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fedbench.planning.cost_report", description=__doc__.split("\n\n")[0])
     parser.add_argument("configfiles", nargs="*", help="config files, each estimated on its own")
     parser.add_argument("--claims", action="store_true",
                         help="estimate the configs' `claims` target alone: the algorithm entries a claim reads")
@@ -398,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a results root: predicted vs measured seconds of its finished runs (repeatable)")
     parser.add_argument("--fit", action="append", default=[], metavar="ROOT",
                         help="a results root whose finished runs' CPU time the overhead constants are fitted to "
-                             "(repeatable; fedbench.cost_fit)")
+                             "(repeatable; fedbench.planning.cost_fit)")
     parser.add_argument("--terms", default=",".join(cost_fit.SHORT),
                         help="overheads to fit, of job, step, round, eval (default all; the others keep the file's values)")
     parser.add_argument("--device", default="cpu", choices=DEVICES, help="the device whose runs and constants --fit takes")

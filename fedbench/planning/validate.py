@@ -1,20 +1,21 @@
 """The workflow's full config validation, run before any job (``workflow/rules/common.smk``):
 the config files without a repeated key, the JSON schema, the config's own entries
-(:func:`fedbench.config.check_entries`), then what needs the results layer: ``published`` links
+(:func:`fedbench.config.checks.check_entries`), then what needs the results layer: ``published`` links
 (to the experiment's grid and to rows of ``config/published_results.csv``), ``paper:`` names and
-the papers' ``claims``; given the workplace, what the jobs would hit there (:mod:`fedbench.preflight`:
+the papers' ``claims``; given the workplace, what the jobs would hit there (:mod:`fedbench.planning.preflight`:
 where results go, whether the data is there, whether the run can end).  Every problem is one line
 naming the entry."""
 
 from __future__ import annotations
 
-from fedbench.config import ConfigError, check_entries
-from fedbench.preflight import PlanEstimate, Workplace, check_workplace
+from fedbench.config.cells import ConfigError
+from fedbench.config.checks import check_entries
+from fedbench.planning.preflight import PlanEstimate, Workplace, check_workplace
 from fedbench.results.claims import ClaimError, check_claims, check_design, design_seeds
 from fedbench.results.papers import PAPERS
 from fedbench.results.published import PUBLISHED_CSV, link_keys, links, load_published
-from fedbench.tuning import check_tuning
-from fedbench.validation import SCHEMA, check_finite, check_schema, load_yaml_strict
+from fedbench.tuning.trials import check_tuning
+from fedbench.config.files import SCHEMA, check_finite, check_schema, load_yaml_strict
 
 __all__ = ["ConfigError", "Workplace", "check_config", "validate_config"]
 
@@ -23,8 +24,8 @@ def validate_config(config: dict, configfiles=(), schema=SCHEMA, published_csv=P
                     workplace: Workplace | None = None) -> PlanEstimate | None:
     """Everything checked when the workflow starts, in order: the config files read without a
     repeated key, the (merged) ``config`` against the JSON schema, :func:`check_config`, then, given
-    the ``workplace``, :func:`fedbench.preflight.check_workplace`, whose estimate of the plan it
-    returns.  Raises a ``ValueError`` (:class:`~fedbench.validation.ConfigFileError` or
+    the ``workplace``, :func:`fedbench.planning.preflight.check_workplace`, whose estimate of the plan it
+    returns.  Raises a ``ValueError`` (:class:`~fedbench.config.files.ConfigFileError` or
     :class:`ConfigError`) whose message is one line naming the entry."""
     for path in dict.fromkeys(map(str, configfiles)):
         load_yaml_strict(path)
@@ -38,7 +39,7 @@ def validate_config(config: dict, configfiles=(), schema=SCHEMA, published_csv=P
 
 
 def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
-    """Raise :class:`~fedbench.config.ConfigError` naming the first problem and the valid choices:
+    """Raise :class:`~fedbench.config.cells.ConfigError` naming the first problem and the valid choices:
     the config's own entries, then every experiment's ``published`` block and ``paper``, the links
     resolved against ``published_csv`` (``None``: links are not resolved), and the claims."""
     check_entries(config)
@@ -55,7 +56,7 @@ def check_config(config: dict, published_csv=PUBLISHED_CSV) -> None:
             check_design(config)
         except ClaimError as error:
             raise ConfigError(str(error)) from None
-    check_tuning(config, design_seeds(config))  # tune: blocks (fedbench.tuning), against every final seed
+    check_tuning(config, design_seeds(config))  # tune: blocks (fedbench.tuning.trials), against every final seed
 
 
 def _resolve_published(experiment: str, spec: dict, published) -> None:

@@ -11,7 +11,7 @@ An experiment opts in with a ``tune:`` block::
       knobs: {momentum: [0.0, 0.5, 0.9]}   # optional: knobs tuned for every method that has them (over its own space)
       exclude: {ifca_k5: [num_clusters]}   # optional: knobs an entry keeps at its configured value
 
-A method's knobs (:func:`search_space`): the learning rate (:data:`fedbench.search_space.COMMON_SEARCH`),
+A method's knobs (:func:`search_space`): the learning rate (:data:`fedbench.registry.search_space.COMMON_SEARCH`),
 the block's ``knobs`` and the method's own, registered beside its parameter bounds
 (``ALGORITHMS.register(..., search=...)``), less ``exclude``.  Trial 0 is the configured (paper's)
 setting; the others are a Latin hypercube over the space (scipy's ``qmc``, :func:`trial_settings`).
@@ -23,22 +23,22 @@ selection (:func:`select`) reads the validation columns of the trials' histories
 from __future__ import annotations
 
 import copy
-import json
 import math
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from scipy.stats import qmc
 
-from fedbench.algorithm_registry import ALGORITHMS
-from fedbench.config import TRAINING_DEFAULTS, Cell, ConfigError, resolve_cell, results_settings
-from fedbench.data.partition_file import atomic_write
-from fedbench.provenance import CELL_SCRIPTS, cell_roots, changed_files
-from fedbench.search_space import COMMON_SEARCH, LogRange, Relative, check_space
+from fedbench.config.cells import TRAINING_DEFAULTS, ConfigError
+from fedbench.registry.algorithms import ALGORITHMS
+from fedbench.registry.search_space import (
+    COMMON_SEARCH,
+    LogRange,
+    Relative,
+    check_space,
+)
 
 SELECTION_METRICS = {"val_acc_mean": "max", "val_acc_pooled": "max", "val_f1_mean": "max", "val_loss_mean": "min"}
-"""History columns selection may read (the clients' models on their validation rows), and their direction."""
+
 DEFAULTS = {"metric": "val_acc_mean", "holdout": 0.2, "knobs": {}, "exclude": {}, "sampler_seed": 0}
 TUNABLE_TRAINING = ("lr", "momentum", "weight_decay", "local_epochs", "batch_size")
 """Training settings a search space may name (a method's own knob that is not a builder parameter)."""
@@ -170,95 +170,20 @@ def trial_config(config: dict, experiment: str, algorithm: str, trial: int) -> d
 # ---- selection ---------------------------------------------------------------------------------
 
 
-def trial_score(history_path: str | Path, metric: str) -> float:
-    """``metric`` (a validation column) at the last evaluated round of one trial; NaN where the run
-    diverged or never scored its validation rows."""
-    history = pd.read_csv(history_path)
-    if metric not in history:
-        return math.nan
-    scored = history[metric].dropna()
-    if scored.empty or int(history["round"].iloc[-1]) != int(history.loc[scored.index[-1], "round"]):
-        return math.nan  # the last row has no score: the run diverged there
-    return float(scored.iloc[-1])
 
 
-def select(scores: pd.DataFrame, metric: str) -> pd.Series:
-    """The chosen trial from ``scores`` (columns trial, seed, score): the best mean over the tuning
-    seeds in the metric's direction; a trial with a diverged seed ranks last; ties go to the lower
-    trial number (the configured setting first).  Returns the per-trial table's chosen row."""
-    if metric not in SELECTION_METRICS:
-        raise ValueError(f"unknown selection metric {metric!r}; valid choices: {', '.join(SELECTION_METRICS)}")
-    table = per_trial(scores)
-    sign = 1.0 if SELECTION_METRICS[metric] == "max" else -1.0
-    key = (sign * table["score"]).fillna(-math.inf)
-    best = key.max()
-    return table[key == best].sort_values("trial").iloc[0]
 
 
-def per_trial(scores: pd.DataFrame) -> pd.DataFrame:
-    """Mean score per trial over the tuning seeds (NaN if any seed diverged), with the seeds' count."""
-    grouped = scores.groupby("trial")["score"]
-    return pd.DataFrame({"trial": grouped.size().index, "score": grouped.mean().where(~grouped.apply(lambda s: s.isna().any())),
-                         "seeds": grouped.size().to_numpy()}).reset_index(drop=True)
 
 
-def trial_path_keys(path: str | Path) -> tuple[int, int]:
-    """(trial, seed) of a trial's file, from its run directory ``.../trial<T>/seed<S>/``."""
-    parts = Path(path).parts
-    return int(parts[-3].removeprefix("trial")), int(parts[-2].removeprefix("seed"))
 
 
-def write_selection(config: dict, experiment: str, algorithm: str, history_paths, chosen_path, trials_path) -> dict:
-    """Score every trial on its validation rows (:func:`trial_score`), choose one (:func:`select`), and
-    write ``trials.csv`` (trial, its knobs, mean score, seeds, chosen) and ``chosen.json`` (the setting)."""
-    metric = tune_block(config, experiment)["metric"]
-    scores = pd.DataFrame([(*trial_path_keys(p), trial_score(p, metric)) for p in history_paths],
-                          columns=["trial", "seed", "score"])
-    chosen = select(scores, metric)
-    settings = trial_settings(config, experiment, algorithm)
-    table = per_trial(scores)
-    knobs = pd.DataFrame([{**settings[t]["training"], **settings[t]["algorithm"]} for t in table["trial"]])
-    table = pd.concat([table[["trial"]], knobs, table[["score", "seeds"]]], axis=1)
-    table["setting"] = [setting_label(settings[t]) for t in table["trial"]]
-    table["chosen"] = table["trial"] == chosen["trial"]
-    table.insert(0, "algorithm", algorithm)
-    table["metric"] = metric
-    record = {"experiment": experiment, "algorithm": algorithm, "metric": metric, "trial": int(chosen["trial"]),
-              "score": None if pd.isna(chosen["score"]) else float(chosen["score"]),
-              "setting": settings[int(chosen["trial"])], "label": setting_label(settings[int(chosen["trial"])]),
-              "configured": settings[0], "trials": len(settings), "seeds": sorted(scores["seed"].unique().tolist())}
-    atomic_write(trials_path, lambda p: table.to_csv(p, index=False))
-    atomic_write(chosen_path, lambda p: Path(p).write_text(json.dumps(record, indent=1)))
-    return record
 
 
-RUN_FILES = ("history.csv", "clients.csv", "metrics.json")
-"""The files a finished run leaves (metrics.json written last)."""
 
 
-def reusable_paper_run(config: dict, chosen_config: dict, cell: Cell) -> Path | None:
-    """The paper-setting run of ``cell`` where tuning chose the configured setting: the run directory
-    when ``chosen_config`` gives the cell the same settings as ``config`` (every setting its numbers
-    depend on) and that run has finished with the code now (its recorded provenance unchanged), so a
-    tuned run would compute the same numbers (same seed, same settings, same code); else None."""
-    spec = resolve_cell(config, cell)
-    if results_settings(resolve_cell(chosen_config, cell)) != results_settings(spec):
-        return None
-    run = Path(cell.run_dir(config.get("results", "results")))
-    if not all((run / name).exists() for name in RUN_FILES):
-        return None
-    recorded = json.loads((run / "metrics.json").read_text()).get("provenance")
-    return run if changed_files(recorded, cell_roots(spec), CELL_SCRIPTS) == [] else None
 
 
-def copy_run(source: Path, out_dir: Path) -> None:
-    """The run files of ``source`` into ``out_dir`` (each atomically, metrics.json last), the metrics
-    naming the run they come from (``reused_from``)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in RUN_FILES[:-1]:
-        atomic_write(out_dir / name, lambda p, name=name: Path(p).write_bytes((source / name).read_bytes()))
-    metrics = {**json.loads((source / "metrics.json").read_text()), "reused_from": str(source)}
-    atomic_write(out_dir / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))
 
 
 # ---- validation of the tune: blocks ------------------------------------------------------------
@@ -297,5 +222,3 @@ def check_tuning(config: dict, final_seeds: list[int]) -> None:
                     raise ConfigError(str(error)) from None
 
 
-__all__ = ["write_selection", "trial_path_keys", "SELECTION_METRICS", "tune_block", "tuned_experiments", "search_space", "configured", "trial_settings",
-           "setting_label", "apply_setting", "trial_config", "trial_score", "select", "per_trial", "check_tuning"]

@@ -1,5 +1,5 @@
 """What a plan's jobs would hit, checked when the workflow plans (through
-:func:`fedbench.plan.validate_config`, given the :class:`Workplace`): where results go, whether
+:func:`fedbench.planning.validate.validate_config`, given the :class:`Workplace`): where results go, whether
 the data is there, whether the run can end.  Each refusal is one line naming the key, the problem
 and what to do, raised before anything is written.
 
@@ -9,7 +9,7 @@ and what to do, raised before anything is written.
   registered ``files`` check, the message its loader would raise), unless ``download: true``;
   ``check_data: false`` skips this where compute nodes see other disks than the planning host;
 * the run time: the cost model's estimate of every cell on the device the training jobs will use
-  (:mod:`fedbench.cost`); a cell over :data:`LONG_CELL_DAYS` is refused unless ``allow_long: true``.
+  (:mod:`fedbench.cost.model`); a cell over :data:`LONG_CELL_DAYS` is refused unless ``allow_long: true``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbench.config import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, resolve_cell
-from fedbench.cost import cell_cost, device_kind
-from fedbench.cost_report import ADDED_SEEDS, cell_shape, planned_jobs
+from fedbench.config.cells import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, resolve_cell
+from fedbench.cost.model import cell_cost, device_kind
+from fedbench.planning.cost_report import ADDED_SEEDS, cell_shape, planned_jobs
 from fedbench.data.sources import missing_files
 
 LONG_CELL_DAYS = 7  # a cell estimated longer than this on its device is refused unless allow_long: true
@@ -182,7 +182,7 @@ class PlanEstimate:
 
 def plan_estimate(config: dict, device: str, place: Workplace) -> PlanEstimate:
     """Every training job's estimated run time on ``device`` (``cpu``, ``cuda``): the cells, tuning trials
-    and tuned runs (:func:`fedbench.cost_report.planned_jobs`; not the seeds the claims' looks may add,
+    and tuned runs (:func:`fedbench.planning.cost_report.planned_jobs`; not the seeds the claims' looks may add,
     which depend on the runs; with ``place.claims_only``, those the claims read), the sum and the longest."""
     total, largest, longest, calibrated, jobs = 0.0, None, 0.0, True, 0
     for row, cell, cfg in planned_jobs(config, claims_only=place.claims_only):

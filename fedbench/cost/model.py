@@ -25,7 +25,7 @@ cell's input resolution (:func:`family_rate`) and numerics setting (precision, l
 (``benchmarks/throughputs.py`` refreshes it), plus the fixed costs FLOPs do not count
 (:data:`OVERHEADS`): per job (start-up, loading), per round, per local minibatch step (the
 vectorised engine steps a round's clients together: one client's steps, :func:`local_steps`) and
-per evaluated round; ``python -m fedbench.cost_report --fit`` fits them to finished runs.  A job
+per evaluated round; ``python -m fedbench.planning.cost_report --fit`` fits them to finished runs.  A job
 requests ``safety_factor`` x that.  FeMAM trains only its newest level in a round; its frozen levels'
 forward passes count once per row (:func:`frozen_levels`).  Under ``device: auto`` with a GPU, :func:`choose_device`
 sends a cell to the CPU where it is estimated faster there.  Where the file has no measured figure for
@@ -48,10 +48,10 @@ import torch
 import yaml
 
 from fedbench.engine.numerics import Numerics
-from fedbench.job_memory import cell_job_mb
-from fedbench.workload import CellShape, model_cost
+from fedbench.cost.memory import cell_job_mb
+from fedbench.cost.workload import CellShape, model_cost
 
-THROUGHPUTS = Path(__file__).resolve().parents[1] / "config" / "throughputs.yaml"
+THROUGHPUTS = Path(__file__).resolve().parents[2] / "config" / "throughputs.yaml"
 
 # model architecture -> the family whose measured throughput it uses (the benchmark's families)
 # (LeNet-5, FedMR's and FLT's CNNCifar, is a family of its own: its 6- and 16-channel convolutions run at
@@ -147,7 +147,7 @@ def estimated_shape(dataset: dict, partition: dict) -> CellShape:
 def algorithm_settings(algorithm: dict) -> dict:
     """The algorithm entry with its builder's defaults filled in (pFedMe's ``inner_steps`` 5 and
     ``local_steps`` 20 where the entry leaves them out); an unknown method (a plugin not loaded) as given."""
-    from fedbench.algorithm_registry import ALGORITHMS
+    from fedbench.registry.algorithms import ALGORITHMS
 
     params = {k: v for k, v in algorithm.items() if k != "method"}
     try:
@@ -277,7 +277,7 @@ def local_steps(algorithm: dict, training: dict, shape: CellShape) -> float:
 
 
 def evaluations(training: dict) -> int:
-    """Evaluated rounds: every ``eval_every``-th and the last (:func:`fedbench.pipeline.due`)."""
+    """Evaluated rounds: every ``eval_every``-th and the last (:func:`fedbench.run.cell.due`)."""
     return math.ceil(training["rounds"] / training["eval_every"])
 
 
@@ -297,7 +297,7 @@ def scored_models(algorithm: dict, training: dict) -> str:
     ``cluster`` or ``client``; one model each where the "+" variants fine-tune it per client, BatchNorm
     stays local, or FLT's averages leave every client its own (:func:`own_models`); ``client`` for a method
     the registry does not know (a plugin not loaded)."""
-    from fedbench.algorithm_registry import algorithm_class
+    from fedbench.registry.algorithms import algorithm_class
 
     try:
         cls = algorithm_class(algorithm["method"])
@@ -457,7 +457,7 @@ def clustering_seconds(spec: dict, shape: CellShape, table: dict, device: str) -
 
 
 def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
-    """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.resolve_cell` gives it.
+    """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.cells.resolve_cell` gives it.
     Training: rounds x :func:`training_clients` x :func:`local_samples` (the vectorised engine's padded
     batches for a model without BatchNorm), and the "+" variants' fine-tuning at every evaluation
     (:func:`evaluation_finetune`).  A model of several levels (FeMAM) trains and scores its
@@ -603,7 +603,7 @@ def choose_device(spec: dict, shape: CellShape, table: dict | None = None) -> tu
         return f"{device} {cost.seconds:,.0f} s ({'calibrated' if cost.calibrated else 'uncalibrated'}: {cost.throughput})"
 
     verdict = "the CPU is estimated faster" if choice == "cpu" else "the GPU is estimated faster"
-    return choice, f"device auto: {verdict}: {said('cpu')} vs {said('cuda')} (fedbench.cost.cell_cost)"
+    return choice, f"device auto: {verdict}: {said('cpu')} vs {said('cuda')} (fedbench.cost.model.cell_cost)"
 
 
 def runtime_minutes(cost: CellCost, attempt: int = 1, table: dict | None = None) -> int:

@@ -9,8 +9,8 @@ are; ranges are declared next to the builder, either in the hint
 
 A registry may name its ``provider``, the package whose import registers its entries: the
 first lookup imports it (plugin-style, like entry points), so a low layer can hold a registry
-whose builders live in a higher one (``fedbench.algorithm_registry.ALGORITHMS``).  Every registry
-is listed in :data:`REGISTRIES`, so that :mod:`fedbench.plugins` can tell what a plugin registered
+whose builders live in a higher one (``fedbench.registry.algorithms.ALGORITHMS``).  Every registry
+is listed in :data:`REGISTRIES`, so that :mod:`fedbench.registry.plugins` can tell what a plugin registered
 and take it back when the plugin fails half-way.
 """
 

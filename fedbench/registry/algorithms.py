@@ -10,7 +10,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from fedbench.registry import Registry
+from fedbench.registry.core import Registry
 
 ALGORITHMS: Registry = Registry("algorithm", provider="fedbench.algorithms")
 

@@ -11,7 +11,7 @@ import keyword
 import re
 from pathlib import Path
 
-from fedbench.algorithm_registry import ALGORITHMS
+from fedbench.registry.algorithms import ALGORITHMS
 
 PYPROJECT = '''[build-system]
 requires = ["setuptools>=64"]
@@ -88,9 +88,9 @@ if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 '''
 
-TEST = '''"""{title} against fedbench's algorithm contract (fedbench.contract)."""
+TEST = '''"""{title} against fedbench's algorithm contract (fedbench.extension.contract)."""
 
-from fedbench.contract import Case, check_algorithm
+from fedbench.extension.contract import Case, check_algorithm
 
 
 def test_{name}_passes_the_contract(tmp_path):
@@ -126,7 +126,7 @@ README = '''# fedbench-{name}
 
 ```sh
 pip install -e .                                  # registers the fedbench.plugins entry point
-python -m fedbench.contract {package}.{name}      # the algorithm contract, from a shell
+python -m fedbench.extension.contract {package}.{name}      # the algorithm contract, from a shell
 pytest                                            # the same, as a test
 ```
 '''

@@ -1,9 +1,9 @@
 """Which finished results were produced by code that has changed since (their recorded
-provenance, :mod:`fedbench.provenance`, against the code now)::
+provenance, :mod:`fedbench.run.provenance`, against the code now)::
 
-    python -m fedbench.stale --configfile config/config.yaml            # report
-    python -m fedbench.stale --configfile config/config.yaml --paths    # files, for snakemake -R
-    python -m fedbench.stale --configfile ... --algorithm fedavg        # one algorithm only
+    python -m fedbench.planning.stale --configfile config/config.yaml            # report
+    python -m fedbench.planning.stale --configfile config/config.yaml --paths    # files, for snakemake -R
+    python -m fedbench.planning.stale --configfile ... --algorithm fedavg        # one algorithm only
 
 and ``make rerun-stale`` reruns exactly those (``snakemake --forcerun <files>``).
 """
@@ -15,14 +15,14 @@ import json
 import sys
 from pathlib import Path
 
-from fedbench.config import Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
-from fedbench.plugins import load_plugins
-from fedbench.provenance import (
+from fedbench.config.cells import Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
+from fedbench.registry.plugins import load_plugins
+from fedbench.run.provenance import (
     CELL_SCRIPTS, ENCODER_SCRIPTS, PARTITION_SCRIPTS, cell_roots, changed_files, encoder_roots, partition_roots,
 )
 from fedbench.results.claims import design_seeds
-from fedbench.tuning import tune_block, tuned_experiments
-from fedbench.validation import load_yaml_strict
+from fedbench.tuning.trials import tune_block, tuned_experiments
+from fedbench.config.files import load_yaml_strict
 
 
 def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str, list[str] | None]]:
@@ -94,7 +94,7 @@ def _merge(base: dict, update: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fedbench.stale",
+        prog="python -m fedbench.planning.stale",
         description="List finished cells and partitions whose code changed since they were produced.",
     )
     parser.add_argument("--configfile", nargs="+", default=["config/config.yaml"],

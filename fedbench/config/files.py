@@ -9,7 +9,7 @@ the first problem with one line that names the entry, the problem and the valid 
 * :func:`check_finite`: no NaN or infinite number anywhere (YAML's ``.nan``, ``.inf``).
 
 The semantic checks (names, parameter values, grids, published links) are
-:func:`fedbench.plan.check_config`.
+:func:`fedbench.planning.validate.check_config`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class ConfigFileError(ValueError):

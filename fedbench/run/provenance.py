@@ -5,10 +5,10 @@ Every ``metrics.json`` (and every partition's ``.json`` and encoder's ``.pt``) r
 version, the git commit of the repository (and whether its work tree had uncommitted
 changes), and a hash of the code that ran it: the fedbench modules the job runs, found by
 following the imports of its entry point and of the builders its config entry names (a cell:
-``fedbench.pipeline`` + its algorithm's, model's and dataset source's modules; a partition:
+``fedbench.run.cell`` + its algorithm's, model's and dataset source's modules; a partition:
 ``fedbench.data.partition`` + its partitioner's and dataset source's modules; an encoder:
 ``fedbench.algorithms.flt_encoders`` + its dataset source's module).  A builder from a plugin
-(:mod:`fedbench.plugins`) is hashed the same way: its module and the modules of its own package it
+(:mod:`fedbench.registry.plugins`) is hashed the same way: its module and the modules of its own package it
 imports, so editing a plugin makes its cells stale.  A package's
 ``__init__`` is hashed but not followed, so that editing one algorithm's module changes the
 hash of that algorithm's cells only.  The rule's own script (``workflow/scripts/train.py`` and
@@ -16,7 +16,7 @@ the ``common.py`` it imports, for a cell) is hashed too: Snakemake's ``code`` re
 off (profiles/default), so an edit of the script is listed here and never retrains by itself.
 
 The workflow does not rerun finished cells when library code changes (their provenance says
-what ran them); :mod:`fedbench.stale` lists what is out of date (``make stale``) and ``make
+what ran them); :mod:`fedbench.planning.stale` lists what is out of date (``make stale``) and ``make
 rerun-stale`` reruns exactly those.
 """
 
@@ -138,13 +138,13 @@ def combined_hash(files: dict[str, str]) -> str:
 
 
 def cell_roots(spec: dict) -> list[str]:
-    """Entry modules of one cell (``spec`` as :func:`fedbench.config.resolve_cell` gives it)."""
-    from fedbench.algorithm_registry import ALGORITHMS
+    """Entry modules of one cell (``spec`` as :func:`fedbench.config.cells.resolve_cell` gives it)."""
+    from fedbench.registry.algorithms import ALGORITHMS
     from fedbench.data import DATASETS
     from fedbench.models import MODELS
 
     return [
-        "fedbench.pipeline",
+        "fedbench.run.cell",
         ALGORITHMS[spec["algorithm"]["method"]].__module__,
         MODELS[spec["model"]["arch"]].__module__,
         DATASETS[spec["dataset"]["source"]].__module__,

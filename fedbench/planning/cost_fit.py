@@ -1,10 +1,10 @@
-"""Fit the cost model's fixed costs to finished runs: ``python -m fedbench.cost_report --fit ROOT [ROOT ...]``.
+"""Fit the cost model's fixed costs to finished runs: ``python -m fedbench.planning.cost_report --fit ROOT [ROOT ...]``.
 
-The time of a cell (:func:`fedbench.cost.cell_cost`) is its FLOPs at the measured rates plus fixed
-costs, each a constant times a count (:data:`fedbench.cost.OVERHEADS`): ``job_overhead_s`` once,
+The time of a cell (:func:`fedbench.cost.model.cell_cost`) is its FLOPs at the measured rates plus fixed
+costs, each a constant times a count (:data:`fedbench.cost.model.OVERHEADS`): ``job_overhead_s`` once,
 ``step_overhead_s`` per local minibatch step, ``round_overhead_s`` per round, ``eval_overhead_s``
 per evaluated round.  The FLOP rates stay as the benchmarks measured them; the constants are fitted
-here to the runs' CPU time (:func:`fedbench.cost_report.cpu_seconds`, the job's Snakemake benchmark):
+here to the runs' CPU time (:func:`fedbench.planning.cost_report.cpu_seconds`, the job's Snakemake benchmark):
 for every finished run on the device with a CPU time y, FLOP seconds f and counts c_j, the
 non-negative k minimising sum ((f + sum_j k_j c_j - y) / y)^2 (each run's relative error; every row
 weighted by 1 / y; ``scipy.optimize.nnls``).
@@ -29,7 +29,7 @@ import numpy as np
 import yaml
 from scipy.optimize import nnls
 
-from fedbench.cost import OVERHEADS, overhead
+from fedbench.cost.model import OVERHEADS, overhead
 
 FIT_ORDER = ("job_overhead_s", "step_overhead_s", "round_overhead_s", "eval_overhead_s")
 SHORT = {"job": "job_overhead_s", "step": "step_overhead_s", "round": "round_overhead_s", "eval": "eval_overhead_s"}
@@ -44,7 +44,7 @@ class Fit:
 
 
 def fit_rows(rows: list[dict], device: str = "cpu") -> list[dict]:
-    """The rows of :func:`fedbench.cost_report.check_runs` a fit can use: on ``device``, with a CPU time."""
+    """The rows of :func:`fedbench.planning.cost_report.check_runs` a fit can use: on ``device``, with a CPU time."""
     return [row for row in rows if row["device"] == device and row.get("cpu_s")]
 
 

@@ -10,7 +10,7 @@ every algorithm is also tuned in the learning rate (:data:`COMMON_SEARCH`).  A k
 * ``None`` -- a common knob the method does not read (pFedMT's steps are its own alpha, eta, beta, not
   the learning rate).
 
-Trials are a Latin hypercube over the knobs (:func:`fedbench.tuning.trial_settings`);
+Trials are a Latin hypercube over the knobs (:func:`fedbench.tuning.trials.trial_settings`);
 the value the config sets is always trial 0, so the paper's setting is always among the trials.
 """
 

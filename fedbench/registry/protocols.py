@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fedbench.registry import Registry
+from fedbench.registry.core import Registry
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What a training cell is made of, for its cost and its memory: the model's FLOPs per sample and
 bytes (counted by ``torch.utils.flop_counter.FlopCounterMode`` on the ``meta`` device) and the
-cell's shape (clients, samples, input).  :mod:`fedbench.cost` turns them into time,
-:mod:`fedbench.job_memory` into a job's memory."""
+cell's shape (clients, samples, input).  :mod:`fedbench.cost.model` turns them into time,
+:mod:`fedbench.cost.memory` into a job's memory."""
 
 from __future__ import annotations
 

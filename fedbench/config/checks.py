@@ -1,35 +1,35 @@
-"""The experiment config: its own semantic checks (after the JSON schema), cells, and resolved cell specs.
+"""The experiment config's own semantic checks, after the JSON schema (:mod:`fedbench.config.files`).
 
 The JSON schema (``workflow/schemas/config.schema.yaml``) checks structure and types; this
 module checks what the schema cannot, from the registries alone: that every name refers to a
 registered source, partitioner, model, algorithm or protocol (the installed plugins' and the
-config's ``plugins`` included, :mod:`fedbench.plugins`), that grids name declared entries,
+config's ``plugins`` included, :mod:`fedbench.registry.plugins`), that grids name declared entries,
 that each entry's parameters are ones its builder accepts with values of its builder's types and
-declared bounds (:meth:`fedbench.registry.Registry.check_params`) and that a parameter naming
+declared bounds (:meth:`fedbench.registry.core.Registry.check_params`) and that a parameter naming
 another section's entry (a builder's registered ``refers``) names a declared one, that no
 experiment sets a training setting one of its algorithms ignores, that every algorithm accepts
 its place in the plan (its ``check_plan`` hook), and that no two grid blocks produce the same
 cell.  Algorithm- and partition-specific rules sit beside their builders (hooks and registered
 facts); this module applies them generically and names none.  The workflow's full validation (published links, papers, claims) is
-:func:`fedbench.plan.validate_config`.
+:func:`fedbench.planning.validate.validate_config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from dataclasses import asdict, dataclass
 
-from fedbench.algorithm_registry import ALGORITHMS, PlanContext, algorithm_class
+from fedbench.config.cells import TRAINING_DEFAULTS, ConfigError
+from fedbench.config.files import check_finite
 from fedbench.data import DATASETS, PARTITIONERS
 from fedbench.data.partition import COMMON_KEYS
 from fedbench.data.sources import COMMON_KEYS as DATASET_KEYS
-from fedbench.engine.numerics import NUMERICS_DEFAULTS, Numerics
+from fedbench.engine.numerics import Numerics
 from fedbench.models import MODELS
-from fedbench.plugins import PluginError, load_plugins
-from fedbench.protocols import PROTOCOLS
-from fedbench.registry import UnknownNameError
-from fedbench.validation import check_finite
+from fedbench.registry.algorithms import ALGORITHMS, PlanContext, algorithm_class
+from fedbench.registry.core import UnknownNameError
+from fedbench.registry.plugins import PluginError, load_plugins
+from fedbench.registry.protocols import PROTOCOLS
 
 # config section -> (key naming the builder, registry, keys handled outside the builder)
 SECTIONS = {
@@ -41,38 +41,15 @@ SECTIONS = {
 GRID_AXES = ("datasets", "partitions", "models", "algorithms")
 
 
-class ConfigError(ValueError):
-    """The config names something that does not exist or passes parameters nobody takes."""
 
 
-@dataclass(frozen=True, order=True)
-class Cell:
-    """One fully specified run."""
-
-    experiment: str
-    dataset: str
-    partition: str
-    model: str
-    algorithm: str
-    seed: int
-
-    def run_dir(self, results: str) -> str:
-        return f"{results}/runs/{self.experiment}/{self.dataset}/{self.partition}/{self.model}/{self.algorithm}/seed{self.seed}"
-
-    def partition_stem(self, results: str) -> str:
-        return partition_stem(results, self.dataset, self.partition, self.seed)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
-def partition_stem(results: str, dataset: str, partition: str, seed: int) -> str:
-    return f"{results}/partitions/{dataset}/{partition}/seed{seed}"
 
 
 def check_entries(config: dict) -> None:
     """Raise :class:`ConfigError` naming the first problem of the config's own entries and the
-    valid choices (what needs no results code; :func:`fedbench.plan.check_config` adds the rest)."""
+    valid choices (what needs no results code; :func:`fedbench.planning.validate.check_config` adds the rest)."""
     try:
         check_finite(config)
     except ValueError as error:
@@ -320,9 +297,9 @@ def _check_memory_budgets(config: dict) -> None:
     hold one client's training pass stops the workflow before any job, with both figures in MB.
     Checked at the mean client's size (the largest client is at least that large; the rule's
     resources check the partition's real largest client once it exists)."""
-    from fedbench.cost import estimated_shape
+    from fedbench.cost.memory import check_one_client_fits
+    from fedbench.cost.model import estimated_shape
     from fedbench.engine.memory import MemoryBudgetError
-    from fedbench.job_memory import check_one_client_fits
 
     device = config.get("device", "auto")
     for experiment, spec in config.get("experiments", {}).items():
@@ -377,81 +354,14 @@ def _check_declared(config: dict, block: dict, where: str, sections) -> None:
                 )
 
 
-def expand_partitions(config: dict) -> list[tuple[str, str, int]]:
-    """``(dataset, partition, seed)`` of every partition to build: those the cells need plus the
-    ``partition_grid`` blocks times every seed."""
-    wanted = {(c.dataset, c.partition, c.seed) for c in expand_cells(config)}
-    for block in config.get("partition_grid", []):
-        wanted.update(itertools.product(block["datasets"], block["partitions"], map(int, config["seeds"])))
-    return sorted(wanted)
 
 
-def expand_cells(config: dict) -> list[Cell]:
-    """Every experiment's grid blocks (cartesian products) times every seed, without duplicates
-    (only the experiments listed in ``only_experiments``, where the config has that key)."""
-    cells = set()
-    only = config.get("only_experiments")
-    for experiment, spec in config.get("experiments", {}).items():
-        if only is not None and experiment not in only:
-            continue
-        for block in spec.get("grid", []):
-            for dataset, partition, model, algorithm, seed in itertools.product(
-                block["datasets"], block["partitions"], block["models"], block["algorithms"], config["seeds"]
-            ):
-                cells.add(Cell(experiment, dataset, partition, model, algorithm, int(seed)))
-    return sorted(cells)
 
 
-TRAINING_DEFAULTS = {
-    "rounds": 20,
-    "local_epochs": 1,
-    "batch_size": 10,
-    "lr": 0.01,
-    "momentum": 0.0,
-    "weight_decay": 0.0,
-    "participation": 1.0,
-    "eval_every": 1,
-    "train_eval_every": None,
-    "engine": "vectorised",
-    "client_chunk": None,
-    "bn_aggregation": "average",
-    "memory_mb": None,
-    "checkpoint_every": 25,
-    "keep_checkpoint": False,
-    **NUMERICS_DEFAULTS,  # precision fp32, channels_last, cudnn_benchmark, compile false
-}
-
-# training settings that change how a run is carried out, not the arithmetic it does: left out of a
-# cell's recorded hyperparameters and provenance fingerprint (and of the workflow's params, so
-# editing them retrains nothing).  The three numerics among them reorder or re-tile the same FP32
-# (or bf16) operations -- other kernels, other rounding in the last bits, as another device or CPU
-# instruction set gives -- and metrics.json's ``numerics`` records them (docs/configuration.md)
-RUN_ONLY_SETTINGS = ("checkpoint_every", "keep_checkpoint", "channels_last", "cudnn_benchmark", "compile")
-# settings of a cell's identity that are left out at their default, so that cells which do not set
-# them keep the hyperparameters, fingerprints and workflow params they had before the setting existed
-OMITTED_AT_DEFAULT = {"precision": NUMERICS_DEFAULTS["precision"]}
 
 
-def identity_training(training: dict) -> dict:
-    """The training settings a cell's identity is made of: ``training`` without RUN_ONLY_SETTINGS
-    and without OMITTED_AT_DEFAULT settings at their default value."""
-    return {k: v for k, v in training.items()
-            if k not in RUN_ONLY_SETTINGS and not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])}
 
 
-def results_settings(spec: dict) -> dict:
-    """The settings a cell's numbers depend on: ``resolve_cell``'s entries, training by :func:`identity_training`."""
-    return {**{k: spec[k] for k in ("dataset", "partition", "model", "algorithm")}, "training": identity_training(spec["training"])}
 
 
-def resolve_cell(config: dict, cell: Cell) -> dict:
-    """Everything a run needs, with defaults filled in: the cell's entries and its experiment's training."""
-    experiment = config["experiments"][cell.experiment]
-    return {
-        "dataset": dict(config["datasets"][cell.dataset]),
-        "partition": dict(config["partitions"][cell.partition]),
-        "model": dict(config["models"][cell.model]),
-        "algorithm": dict(config["algorithms"][cell.algorithm]),
-        "training": {**TRAINING_DEFAULTS, **experiment.get("training", {})},
-        "protocol": experiment.get("protocol", "mean_client_last"),
-    }
+

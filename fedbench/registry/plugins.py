@@ -22,12 +22,12 @@ import importlib.metadata
 import sys
 from typing import Iterable, Iterator
 
-from fedbench.registry import REGISTRIES
+from fedbench.registry.core import REGISTRIES
 
 GROUP = "fedbench.plugins"
 # the packages whose import registers the built-ins: imported before a plugin, so that what the
 # plugin registers is told apart from them (by name, as a registry's provider: no layer is crossed)
-BUILTINS = ("fedbench.data", "fedbench.models", "fedbench.protocols", "fedbench.algorithms")
+BUILTINS = ("fedbench.data", "fedbench.models", "fedbench.registry.protocols", "fedbench.algorithms")
 
 LOADED: dict[str, str] = {}  # plugin module -> where it was named
 _INSTALLED: dict[tuple[str, ...], list[tuple[str, str, str]]] = {}  # sys.path -> its plugins (read once per path)

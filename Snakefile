@@ -21,12 +21,12 @@ include: "workflow/rules/common.smk"
 
 
 wildcard_constraints:
-    experiment=name_choices("experiments"),
-    dataset=name_choices("datasets"),
-    partition=name_choices("partitions"),
-    model=name_choices("models"),
-    algorithm=name_choices("algorithms"),
-    encoder=name_choices("encoders"),
+    experiment=PLAN.name_choices("experiments"),
+    dataset=PLAN.name_choices("datasets"),
+    partition=PLAN.name_choices("partitions"),
+    model=PLAN.name_choices("models"),
+    algorithm=PLAN.name_choices("algorithms"),
+    encoder=PLAN.name_choices("encoders"),
     seed=r"\d+",
     trial=r"\d+",
     look=r"\d+",
@@ -52,29 +52,29 @@ include: "workflow/rules/claims.smk"  # 3e: the papers' claims, per paper
 # Every partition of the config and its heatmap.
 rule partitions:
     input:
-        npz=all_partitions("npz"),
-        heatmaps=all_partitions("png"),
+        npz=PLAN.partitions("npz"),
+        heatmaps=PLAN.partitions("png"),
 
 
 # Every pretrained encoder and its loss curve.
 rule encoders:
     input:
-        pt=all_encoders(".pt"),
-        curves=all_encoders("_loss.png"),
+        pt=PLAN.encoders(".pt"),
+        curves=PLAN.encoders("_loss.png"),
 
 
 # Every cell's training run.
 rule train:
     input:
-        metrics=all_runs("metrics.json"),
+        metrics=PLAN.all_runs("metrics.json"),
 
 
 # Every tuned experiment's trials, chosen settings, tuned runs and sensitivity figure.
 rule tune:
     input:
-        chosen=tuning_files(None, "chosen.json"),
-        runs=tuned_runs("metrics.json"),
-        figures=tuning_figures(),
+        chosen=PLAN.tuning_files(None, "chosen.json"),
+        runs=PLAN.tuned_runs("metrics.json"),
+        figures=PLAN.tuning_figures(),
 
 
 # Tables, scorecard, figures and claims, with the runs they are made from.  The runs are inputs of
@@ -83,19 +83,19 @@ rule tune:
 # would serve a table of runs that are no longer on disk.
 rule tables:
     input:
-        runs=all_runs("metrics.json"),
-        histories=all_runs("history.csv"),
-        tables=table_files(),
-        scorecard=scorecard_files(),
-        by_paper=paper_table_files(),
-        curves=curve_figures(),
-        communication=communication_figures(),
-        relatedness=clustering_figures("adjacency"),
-        umap=clustering_figures("umap"),
-        assignments=clustering_figures("assignments"),
-        femam=femam_figures(),
-        gamma=gamma_sweep_figures(),
-        claims=claims_files(),
+        runs=PLAN.all_runs("metrics.json"),
+        histories=PLAN.all_runs("history.csv"),
+        tables=PLAN.table_files(),
+        scorecard=PLAN.scorecard_files(),
+        by_paper=PLAN.paper_table_files(),
+        curves=PLAN.curve_figures(),
+        communication=PLAN.communication_figures(),
+        relatedness=PLAN.clustering_figures("adjacency"),
+        umap=PLAN.clustering_figures("umap"),
+        assignments=PLAN.clustering_figures("assignments"),
+        femam=PLAN.femam_figures(),
+        gamma=PLAN.gamma_sweep_figures(),
+        claims=PLAN.claims_files(),
 
 
 # The papers' claims alone: only the runs, tuning trials and looks the claims read (a claims table
@@ -104,8 +104,8 @@ rule tables:
 # still build every claim with the rest of the grid.
 rule claims:
     input:
-        claims=claims_files(),
-        sensitivity=claims_tuning_figures(),
+        claims=PLAN.claims_files(),
+        sensitivity=PLAN.claims_tuning_figures(),
 
 
 # Everything above (the default target).

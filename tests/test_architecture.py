@@ -189,3 +189,18 @@ def test_a_moved_module_keeps_its_old_name_for_a_transition():
     help_text = subprocess.run([sys.executable, "-m", "fedbench.stale", "--help"], check=True, cwd=PACKAGE.parent,
                                capture_output=True, text=True).stdout
     assert "--configfile" in help_text
+
+
+def test_the_workflow_and_the_planning_name_no_method():
+    """Which figures a run gets, what a job trains and costs: declared by the algorithms (``figures=`` at
+    registration, their workload), never looked up by a method's name in the workflow or the planning."""
+    import re
+
+    from fedbench.registry.algorithms import ALGORITHMS
+
+    methods = set(ALGORITHMS.names())
+    sources = [*PACKAGE.parent.joinpath("workflow", "rules").glob("*.smk"), PACKAGE.parent / "Snakefile",
+               *PACKAGE.joinpath("planning").glob("*.py")]
+    named = {(path.name, literal) for path in sources
+             for literal in re.findall(r"""["']([a-z_0-9]+)["']""", path.read_text()) if literal in methods}
+    assert not named, f"method names in the workflow or planning: {sorted(named)}"

@@ -217,17 +217,25 @@ def test_poisoning_the_test_split_leaves_the_choice_unchanged(tmp_path, tuning_p
     assert list(table.columns[:4]) == ["algorithm", "trial", "lr", "mu"] and table["chosen"].sum() == 1
 
 
-def test_make_stale_looks_at_every_trial_and_tuned_run():
-    from fedbench.planning.stale import tuning_runs
+def test_the_plan_lists_every_trial_tuned_run_and_added_seed_that_make_stale_reads():
+    """planned_runs (which make stale, the cost report and the workflow read): every entry's trials on the tuning
+    seed, its tuned runs at the config's seeds, and the seeds the looks may add for the entries a claim compares,
+    at both settings."""
+    from fedbench.planning.jobs import planned_runs
 
     config = copy.deepcopy(CONFIG)
     config["claims_design"] = {"looks": [3, 4]}
-    runs = tuning_runs(config)
-    trials = [str(p) for _, p in runs if "trials" in p.parts]
-    tuned = [str(p) for _, p in runs if "tuned" in p.parts]
-    assert len(trials) == 3 * 4 and len(tuned) == 3 * 4  # 3 entries x 4 trials x seed 50; 3 entries x seeds 0-3
-    assert "unused/tuning/trials/e/digits/dir/mlr/fedprox/trial3/seed50/metrics.json" in trials
-    assert "unused/tuned/runs/e/digits/dir/mlr/ifca/seed3/metrics.json" in tuned
+    config["claims"] = {"c": {"source": "hand-made", "experiment": "e", "better": "fedprox", "than": "fedavg"}}
+    runs = planned_runs(config)
+    paths = {run.file(config["results"], "metrics.json") for run in runs}
+    assert len(runs) == len(paths)
+    by_kind = {kind: [r for r in runs if r.kind == kind and not r.added] for kind in ("train", "trial", "tuned")}
+    assert [len(by_kind[k]) for k in ("train", "trial", "tuned")] == [3 * 3, 3 * 4, 3 * 3]  # 3 entries x seeds 0-2 / 4 trials
+    added = sorted((r.kind, r.cell.algorithm, r.cell.seed) for r in runs if r.added)
+    assert added == [(k, a, 3) for k in ("train", "tuned") for a in ("fedavg", "fedprox")]  # design seed 3: the claimed pair
+    assert "unused/tuning/trials/e/digits/dir/mlr/fedprox/trial3/seed50/metrics.json" in paths
+    assert "unused/tuned/runs/e/digits/dir/mlr/fedavg/seed3/metrics.json" in paths
+    assert "unused/runs/e/digits/dir/mlr/fedprox/seed3/metrics.json" in paths
 
 
 def test_a_tuned_run_at_the_configured_setting_copies_the_paper_run(tmp_path, tuning_partitions):

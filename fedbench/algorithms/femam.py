@@ -344,7 +344,8 @@ def _scored(state: dict) -> dict:
 
 
 @ALGORITHMS.register("femam", search={"lam": LogRange(0.002, 0.2), "init_rounds": Relative(0.5, 2, integer=True),
-                                        "window": Relative(0.5, 2, integer=True)})
+                                        "window": Relative(0.5, 2, integer=True)},
+                     figures=("femam_structure",))  # levels x clients beside the truth, levels vs rounds
 def femam(
     *,
     structure: list[Literal["global", "cluster", "personal"]] = list(PAPER_STRUCTURE),

@@ -144,7 +144,7 @@ class FeSEM(Algorithm):
 
 
 @ALGORITHMS.register("fesem", bounds={"num_clusters": ">= 1", "distance": ("l2", "cosine"), "init": ("clients", "random"), "finetune_epochs": ">= 0"},
-                     search={"num_clusters": [2, 3, 4, 5, 6, 8]})
+                     search={"num_clusters": [2, 3, 4, 5, 6, 8]}, figures=("assignments",))
 def fesem(*, num_clusters: int = 5, distance: str = "l2", init: str = "clients", finetune_epochs: int = 0) -> FeSEM:
     """FeSEM (Xie et al., multi-center FL): k-means of client models (E-step) and per-centre
     sample-weighted averaging (M-step) every round; ``finetune_epochs`` > 0 gives FeSEM+."""

@@ -272,7 +272,8 @@ class FLT(Algorithm):
         "umap_min_dist": ">= 0", "random_state": RANDOM_STATES, "umap_fit": UMAP_FITS, "umap_order": UMAP_ORDERS,
         "n_init": [">= 1", ("auto",)],
     }, refers={"encoder": "encoders"},  # refers: parameter -> the config section whose entry it names
-    search={"gamma": Relative(0.5, 2)})
+    search={"gamma": Relative(0.5, 2)},
+    figures=("adjacency", "umap", "gamma_sweep"))  # the figures its runs get: relatedness graph, UMAP of the centres, gamma sweep
 def flt(
     *,
     encoder: str,
@@ -303,7 +304,7 @@ def flt(
 @ALGORITHMS.register("pca_km_hc", bounds={
         "k": ">= 1", "pca_components": ">= 1", "gamma": "> 0", "distance": ("min", "matching"), "clusters": [">= 1", ("auto",)],
         "aggregation": ("simultaneous", "in_place"),
-    }, search={"gamma": Relative(0.5, 2)})
+    }, search={"gamma": Relative(0.5, 2)}, figures=("adjacency",))
 def pca_km_hc(
     *,
     k: int = 5,

@@ -143,7 +143,7 @@ CLUSTER_ID_BYTES = 8  # the cluster identity a client sends with its model (one 
 
 
 @ALGORITHMS.register("ifca", bounds={"num_clusters": ">= 1", "warmup_rounds": ">= 0", "init": ("random", "perturb"), "perturb": ">= 0"},
-                     search={"num_clusters": [2, 3, 4, 5, 6, 8]})
+                     search={"num_clusters": [2, 3, 4, 5, 6, 8]}, figures=("assignments",))
 def ifca(*, num_clusters: int = 2, warmup_rounds: int = 0, init: str = "random", perturb: float = 0.01) -> IFCA:
     """IFCA (Ghosh et al. 2020, Alg. 1, model averaging): clients pick the cluster model with the lowest
     training loss; per-cluster sample-weighted averaging; optional FedAvg warm-up rounds."""

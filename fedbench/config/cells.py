@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass
 
+from fedbench.config import layout
 from fedbench.engine.numerics import NUMERICS_DEFAULTS
 
 
@@ -26,18 +27,16 @@ class Cell:
     algorithm: str
     seed: int
 
-    def run_dir(self, results: str) -> str:
-        return f"{results}/runs/{self.experiment}/{self.dataset}/{self.partition}/{self.model}/{self.algorithm}/seed{self.seed}"
+    def run_dir(self, results: str, kind: str = "train", trial: int | None = None) -> str:
+        """Its run directory under ``results`` (:mod:`fedbench.config.layout`): at the paper's setting, or a
+        tuning ``trial``'s, or its ``tuned`` run."""
+        return layout.run_dir(results, kind, **self.as_dict(), **({} if trial is None else {"trial": trial}))
 
     def partition_stem(self, results: str) -> str:
-        return partition_stem(results, self.dataset, self.partition, self.seed)
+        return layout.partition_stem(results, self.dataset, self.partition, self.seed)
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def partition_stem(results: str, dataset: str, partition: str, seed: int) -> str:
-    return f"{results}/partitions/{dataset}/{partition}/seed{seed}"
 
 
 def expand_partitions(config: dict) -> list[tuple[str, str, int]]:

@@ -57,16 +57,16 @@ from pathlib import Path
 
 from fedbench.planning import cost_fit
 from fedbench.config.cells import (
-    TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell,
+    TRAINING_DEFAULTS, expand_partitions, resolve_cell,
 )
+from fedbench.config.layout import RUN_KINDS, partition_stem
 from fedbench.cost.model import (
     OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs,
 )
 from fedbench.engine.numerics import Numerics
 from fedbench.registry.plugins import load_plugins
-from fedbench.results.claims import claim_algorithms, claim_cells, design_seeds, evaluated_claims
-from fedbench.tuning.trials import trial_config, tune_block, tuned_experiments
 from fedbench.config.files import load_yaml_strict
+from fedbench.planning.jobs import planned_runs
 
 DEVICES = ("cpu", "cuda")
 ADDED_SEEDS = "claims: added seeds, at most"  # the row of the jobs the claims' looks may add
@@ -86,47 +86,17 @@ def cell_shape(config: dict, cell, spec: dict):
     return shape_under(config.get("results", "results"), cell.dataset, cell.partition, cell.seed, spec)
 
 
-def claimed_blocks(config: dict) -> set[tuple[str, str, str, str, str]]:
-    """(experiment, dataset, partition, model, algorithm) of every algorithm entry a claim reads."""
-    return {(config["claims"][name]["experiment"], d, p, m, a) for name in evaluated_claims(config)
-            for d, p, m in claim_cells(config, name) for a in claim_algorithms(config["claims"][name])}
+ROW_NAMES = {"train": "{}", "trial": "{} (tuning)", "tuned": "{} (tuned)"}
 
 
 def planned_jobs(config: dict, claims_only: bool = False):
-    """(row, cell, the config it runs under) of every training job the workflow may run: the cells; for a
-    tuned experiment its trials (``<experiment> (tuning)``) and its tuned runs at the config's seeds
-    (``<experiment> (tuned)``); and the seeds the claims' looks may add, at most (``claims: added seeds,
-    at most``: every claim undecided until the design's cap, at the paper's setting and tuned).
-    ``claims_only``: those of the ``claims`` target alone, the algorithm entries a claim reads."""
-    keep = claimed_blocks(config) if claims_only else None
-
-    def kept(cell: Cell) -> bool:
-        return keep is None or (cell.experiment, cell.dataset, cell.partition, cell.model, cell.algorithm) in keep
-
-    for cell in expand_cells(config):
-        if kept(cell):
-            yield cell.experiment, cell, config
-    for experiment in tuned_experiments(config):
-        block = tune_block(config, experiment)
-        blocks = sorted({(c.dataset, c.partition, c.model, c.algorithm) for c in expand_cells(config)
-                         if c.experiment == experiment and kept(c)})
-        for d, p, m, a in blocks:
-            for trial in range(block["trials"]):
-                trial_cfg = trial_config(config, experiment, a, trial)
-                for seed in block["seeds"]:
-                    yield f"{experiment} (tuning)", Cell(experiment, d, p, m, a, int(seed)), trial_cfg
-            for seed in config["seeds"]:
-                yield f"{experiment} (tuned)", Cell(experiment, d, p, m, a, int(seed)), config
-    extra = design_seeds(config)[len(config["seeds"]):]
-    added = set()
-    for name in evaluated_claims(config):
-        claim = config["claims"][name]
-        settings = ("paper", "tuned") if config["experiments"][claim["experiment"]].get("tune") else ("paper",)
-        for d, p, m in claim_cells(config, name):
-            added.update((s, Cell(claim["experiment"], d, p, m, a, seed)) for s in settings
-                         for a in claim_algorithms(claim) for seed in extra)
-    for _, cell in sorted(added):
-        yield ADDED_SEEDS, cell, config
+    """(row, cell, the config it runs under) of every training job the workflow may run
+    (:func:`fedbench.planning.jobs.planned_runs`): the cells (a row per experiment), a tuned experiment's trials
+    (``<experiment> (tuning)``) and tuned runs (``<experiment> (tuned)``), and the seeds the claims' looks may add,
+    at most (``claims: added seeds, at most``).  ``claims_only``: those of the ``claims`` target alone."""
+    for run in planned_runs(config, claims_only):
+        row = ADDED_SEEDS if run.added else ROW_NAMES[run.kind].format(run.cell.experiment)
+        yield row, run.cell, run.config(config)
 
 
 def config_costs(config: dict, claims_only: bool = False, numerics: str | None = None) -> dict[str, dict]:
@@ -190,7 +160,7 @@ def report(path: str, claims_only: bool = False, numerics: str | None = None) ->
 
 # ---- predicted vs measured: the finished runs of a results root ------------------------------
 
-BENCHMARK_DIRS = {"runs": "train", "tuning/trials": "tune", "tuned/runs": "tuned"}  # outputs -> benchmarks/
+BENCHMARK_DIRS = {kind.outputs: kind.stage for kind in RUN_KINDS.values()}  # outputs -> benchmarks/ (runs -> train, ...)
 
 
 def run_benchmark(root: Path, run_dir: Path) -> Path | None:

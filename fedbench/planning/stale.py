@@ -15,20 +15,21 @@ import json
 import sys
 from pathlib import Path
 
-from fedbench.config.cells import Cell, expand_cells, expand_partitions, partition_stem, resolve_cell
+from fedbench.config.cells import expand_partitions, resolve_cell
+from fedbench.config.layout import partition_stem
 from fedbench.registry.plugins import load_plugins
 from fedbench.run.provenance import (
     CELL_SCRIPTS, ENCODER_SCRIPTS, PARTITION_SCRIPTS, cell_roots, changed_files, encoder_roots, partition_roots,
 )
-from fedbench.results.claims import design_seeds
-from fedbench.tuning.trials import tune_block, tuned_experiments
 from fedbench.config.files import load_yaml_strict
+from fedbench.planning.jobs import planned_runs
 
 
 def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str, list[str] | None]]:
-    """``(file, changed code files or None if unrecorded)`` of every finished partition, cell, tuning
-    trial and tuned run of ``config`` whose code has changed since it was produced (cells of ``algorithm`` only,
-    where given; its partitions are then left out)."""
+    """``(file, changed code files or None if unrecorded)`` of every finished partition, encoder and training
+    run of ``config`` (:func:`fedbench.planning.jobs.planned_runs`: cells, tuning trials, tuned runs and the seeds
+    the claims' looks added) whose code has changed since it was produced (runs of ``algorithm`` only, where
+    given; partitions and encoders are then left out)."""
     results = config.get("results", "results")
     load_plugins(config.get("plugins") or ())  # a plugin's cells are hashed with the plugin's code
     out = []
@@ -53,32 +54,14 @@ def stale_outputs(config: dict, algorithm: str | None = None) -> list[tuple[str,
             changed = changed_files(recorded, roots, PARTITION_SCRIPTS)
             if changed is None or changed:
                 out.append((f"{stem}.npz", changed))
-    for cell, metrics in [(c, Path(c.run_dir(results)) / "metrics.json") for c in expand_cells(config)] + tuning_runs(config):
-        if algorithm is not None and cell.algorithm != algorithm:
-            continue
-        if not metrics.exists():
+    for run in planned_runs(config):  # every run the plan may write: cells, trials, tuned runs, the looks' seeds
+        metrics = Path(run.file(results, "metrics.json"))
+        if (algorithm is not None and run.cell.algorithm != algorithm) or not metrics.exists():
             continue
         recorded = json.loads(metrics.read_text()).get("provenance")
-        changed = changed_files(recorded, cell_roots(resolve_cell(config, cell)), CELL_SCRIPTS)
+        changed = changed_files(recorded, cell_roots(resolve_cell(config, run.cell)), CELL_SCRIPTS)
         if changed is None or changed:
             out.append((str(metrics), changed))
-    return out
-
-
-def tuning_runs(config: dict) -> list[tuple[Cell, Path]]:
-    """(cell, metrics.json) of every tuning trial and tuned run the config's tuned experiments may have
-    written: trials on the tuning seeds, tuned runs on the design's seeds (the pilot and those the claims add)."""
-    results = Path(config.get("results", "results"))
-    out = []
-    for experiment in tuned_experiments(config):
-        block = tune_block(config, experiment)
-        for d, p, m, a in sorted({(c.dataset, c.partition, c.model, c.algorithm) for c in expand_cells(config)
-                                  if c.experiment == experiment}):
-            out += [(Cell(experiment, d, p, m, a, seed), results / "tuning" / "trials" / experiment / d / p / m / a
-                     / f"trial{trial}" / f"seed{seed}" / "metrics.json")
-                    for trial in range(block["trials"]) for seed in block["seeds"]]
-            out += [(Cell(experiment, d, p, m, a, seed), results / "tuned" / "runs" / experiment / d / p / m / a
-                     / f"seed{seed}" / "metrics.json") for seed in design_seeds(config)]
     return out
 
 

@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import fedbench
+from fedbench.run.code_ledger import translate
 
 PACKAGE = "fedbench"
 REPO = Path(fedbench.__file__).resolve().parents[1]
@@ -205,9 +206,14 @@ def provenance(roots: list[str], scripts=()) -> dict:
 def changed_files(recorded: dict | None, roots: list[str], scripts=()) -> list[str] | None:
     """Files whose code differs from the ``recorded`` provenance (added, removed or edited);
     ``None`` when there is no record (a result written before provenance was recorded).  A rule
-    script the record does not list (recorded before scripts were hashed) is not compared."""
+    script the record does not list (recorded before scripts were hashed) is not compared.  A record
+    written before a behaviour-preserving refactor (:mod:`fedbench.run.code_ledger`) is read in the terms
+    of the tree after it: only the files the job runs now count, each against what the record says of
+    its predecessors, or against the refactor's own hash where the record lists none."""
     if not recorded or "code_files" not in recorded:
         return None
-    before = recorded["code_files"]
+    before, baseline = translate(recorded["code_files"])
     now = code_files(roots, [script for script in scripts if script in before])
-    return sorted(name for name in set(now) | set(before) if now.get(name) != before.get(name))
+    if baseline is None:
+        return sorted(name for name in set(now) | set(before) if now.get(name) != before.get(name))
+    return sorted(name for name in now if now[name] != before.get(name, baseline.get(name)))

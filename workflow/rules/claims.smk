@@ -8,9 +8,9 @@
 
 checkpoint claims_look:
     input:
-        metrics=lambda w: look_runs(w.paper, w.setting, int(w.look), "metrics.json"),
-        histories=lambda w: look_runs(w.paper, w.setting, int(w.look), "history.csv"),  # global_accuracy's round
-        previous=lambda w: [] if int(w.look) == 0 else [f"{RESULTS}/claims/{w.paper}/{w.setting}/look{int(w.look) - 1}.json"],
+        metrics=lambda w: PLAN.look_runs(w.paper, w.setting, int(w.look), "metrics.json"),
+        histories=lambda w: PLAN.look_runs(w.paper, w.setting, int(w.look), "history.csv"),  # global_accuracy's round
+        previous=lambda w: PLAN.previous_look(w.paper, w.setting, int(w.look)),
         published=PUBLISHED_CSV,
     output:
         f"{RESULTS}/claims/{{paper}}/{{setting}}/look{{look}}.json",
@@ -27,13 +27,13 @@ checkpoint claims_look:
 
 rule paper_claims:
     input:
-        metrics=lambda w: claims_runs(w, "metrics.json"),
-        histories=lambda w: claims_runs(w, "history.csv"),  # the global model's round (global_accuracy)
-        tuned_metrics=lambda w: claims_runs(w, "metrics.json", "tuned"),
-        tuned_histories=lambda w: claims_runs(w, "history.csv", "tuned"),
-        looks=lambda w: [look for s in claim_settings(w.paper) for look in final_looks(w.paper, s)],
+        metrics=lambda w: PLAN.claims_runs(w, "metrics.json"),
+        histories=lambda w: PLAN.claims_runs(w, "history.csv"),  # the global model's round (global_accuracy)
+        tuned_metrics=lambda w: PLAN.claims_runs(w, "metrics.json", "tuned"),
+        tuned_histories=lambda w: PLAN.claims_runs(w, "history.csv", "tuned"),
+        looks=PLAN.claims_looks,
         published=PUBLISHED_CSV,
-        code=results_sources(),
+        code=PLAN.results_sources(),
     output:
         csv=report(
             f"{RESULTS}/tables/{{paper}}/claims.csv",

@@ -8,12 +8,12 @@ rule pretrain_encoder:
         png=report(
             f"{RESULTS}/encoders/{{encoder}}_loss.png",
             caption="../report/encoder_loss.rst",
-            category=encoder_category,
+            category=PLAN.encoder_category,
             subcategory="Encoders",
             labels={"encoder": "{encoder}", "figure": "reconstruction loss vs epoch"},
         ),
     params:
-        settings=encoder_settings,
+        settings=PLAN.encoder_settings,
     log:
         f"{RESULTS}/logs/encoders/{{encoder}}.log",
     threads: 1

@@ -6,14 +6,14 @@
 
 rule accuracy_curves:
     input:
-        metrics=lambda w: all_runs("metrics.json", w.experiment),
-        histories=lambda w: all_runs("history.csv", w.experiment),
-        code=results_sources(),
+        metrics=lambda w: PLAN.all_runs("metrics.json", w.experiment),
+        histories=lambda w: PLAN.all_runs("history.csv", w.experiment),
+        code=PLAN.results_sources(),
     output:
         png=report(
             f"{RESULTS}/figures/curves_{{experiment}}.png",
             caption="../report/accuracy_curves.rst",
-            category=experiment_category,
+            category=PLAN.experiment_category,
             subcategory="Accuracy curves",
             labels={"experiment": "{experiment}", "figure": "accuracy vs round"},
         ),
@@ -21,14 +21,14 @@ rule accuracy_curves:
         bytes=report(
             f"{RESULTS}/figures/bytes_{{experiment}}.png",
             caption="../report/communication.rst",
-            category=experiment_category,
+            category=PLAN.experiment_category,
             subcategory="Accuracy curves",
             labels={"experiment": "{experiment}", "figure": "accuracy vs megabytes sent"},
         ),
         to_target_csv=report(
             f"{RESULTS}/tables/to_target_{{experiment}}.csv",
             caption="../report/to_target.rst",
-            category=experiment_category,
+            category=PLAN.experiment_category,
             subcategory="Accuracy curves",
             labels={"experiment": "{experiment}", "figure": "rounds and megabytes to target"},
         ),
@@ -46,24 +46,24 @@ rule accuracy_curves:
 
 rule clustering_figure:
     input:
-        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        metrics=PLAN.run_outputs("train")["metrics"],
         partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
-        code=results_sources(),
+        code=PLAN.results_sources(),
     output:
         # {figure}: "" (the relatedness graph), "_umap" (the signatures) or "_assignments" (CLUSTERING_FIGURES)
         png=report(
-            f"{RESULTS}/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}{{figure}}.png",
+            PLAN.figure_pattern("adjacency"),
             caption="../report/clustering_figure.rst",
-            category=experiment_category,
-            subcategory=clustering_subcategory,
+            category=PLAN.experiment_category,
+            subcategory=PLAN.clustering_subcategory,
             labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "seed": "{seed}"},
         ),
     wildcard_constraints:
-        figure=clustering_figure_choices(),
+        figure=PLAN.clustering_figure_choices(),
     params:
-        kind=clustering_kind,  # adjacency, umap or assignments
+        kind=PLAN.clustering_kind,  # adjacency, umap or assignments
     log:
-        f"{RESULTS}/logs/figures/relatedness/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}{{figure}}.log",
+        PLAN.figure_pattern("adjacency", ext="log"),
     resources:
         mem_mb=1000,
         runtime=10,
@@ -75,26 +75,26 @@ rule clustering_figure:
 
 rule femam_structure_figure:
     input:
-        metrics=f"{RESULTS}/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
+        metrics=PLAN.run_outputs("train")["metrics"],
         partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
-        code=results_sources(),
+        code=PLAN.results_sources(),
     output:
         structure=report(
-            f"{RESULTS}/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_structure.png",
+            PLAN.figure_pattern("femam_structure", "_structure"),
             caption="../report/femam_structure.rst",
-            category=experiment_category,
+            category=PLAN.experiment_category,
             subcategory="FeMAM structure",
             labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels x clients"},
         ),
         levels=report(
-            f"{RESULTS}/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}_levels.png",
+            PLAN.figure_pattern("femam_structure", "_levels"),
             caption="../report/femam_levels.rst",
-            category=experiment_category,
+            category=PLAN.experiment_category,
             subcategory="FeMAM structure",
             labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "algorithm": "{algorithm}", "figure": "levels vs rounds"},
         ),
     log:
-        f"{RESULTS}/logs/figures/femam/{{experiment}}/{{dataset}}_{{partition}}_{{model}}_{{algorithm}}_seed{{seed}}.log",
+        PLAN.figure_pattern("femam_structure", "", "log"),
     resources:
         mem_mb=1000,
         runtime=10,

@@ -5,21 +5,20 @@
 
 rule gamma_sweep_figure:
     input:
-        metrics=lambda w: gamma_sweep_inputs(w, "metrics"),
-        partitions=lambda w: gamma_sweep_inputs(w, "partitions"),
-        code=library_sources("fedbench/results/**/*.py", "fedbench/clustering/*.py", "fedbench/run/cell.py", "workflow/scripts/gamma_sweep.py", "workflow/scripts/common.py"),
+        metrics=PLAN.gamma_sweep_runs,
+        partitions=PLAN.gamma_sweep_partitions,
+        code=PLAN.library_sources("fedbench/results/**/*.py", "fedbench/clustering/*.py", "fedbench/run/cell.py", "workflow/scripts/gamma_sweep.py", "workflow/scripts/common.py"),
     output:
         png=report(
             f"{RESULTS}/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.png",
             caption="../report/gamma_sweep.rst",
-            category=experiment_category,
+            category=PLAN.experiment_category,
             subcategory="γ sweep",
             labels={"experiment": "{experiment}", "dataset": "{dataset}", "partition": "{partition}", "model": "{model}", "figure": "gamma sweep"},
         ),
         csv=f"{RESULTS}/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.csv",
     params:
-        entries=lambda w: {c.algorithm: config["algorithms"][c.algorithm]
-                           for c in flt_cells(w.experiment, w.dataset, w.partition, w.model)},
+        entries=PLAN.gamma_sweep_entries,
     log:
         f"{RESULTS}/logs/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.log",
     resources:

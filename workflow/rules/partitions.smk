@@ -6,7 +6,7 @@ rule partition:
         npz=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
         json=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
     params:
-        settings=partition_settings,
+        settings=PLAN.partition_settings,
     log:
         f"{RESULTS}/logs/partitions/{{dataset}}/{{partition}}/seed{{seed}}.log",
     resources:
@@ -21,12 +21,12 @@ rule partition:
 rule partition_heatmap:
     input:
         json=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
-        code=results_sources(),
+        code=PLAN.results_sources(),
     output:
         png=report(
             f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.png",
             caption="../report/partition_heatmap.rst",
-            category=partition_category,
+            category=PLAN.partition_category,
             subcategory="Partitions",
             labels={"dataset": "{dataset}", "partition": "{partition}", "seed": "{seed}"},
         ),

@@ -4,10 +4,10 @@
 
 rule scorecard:
     input:
-        metrics=all_runs("metrics.json"),
-        histories=all_runs("history.csv"),
+        metrics=PLAN.all_runs("metrics.json"),
+        histories=PLAN.all_runs("history.csv"),
         published=PUBLISHED_CSV,
-        code=results_sources(),
+        code=PLAN.results_sources(),
     output:
         # every linked experiment's rows; the report shows each paper's own (rule paper_scorecard)
         csv=f"{RESULTS}/tables/scorecard.csv",
@@ -40,7 +40,7 @@ rule scorecard:
 rule paper_scorecard:
     input:
         csv=f"{RESULTS}/tables/scorecard.csv",
-        code=results_sources(),
+        code=PLAN.results_sources(),
     output:
         csv=report(
             f"{RESULTS}/tables/{{paper}}/scorecard.csv",

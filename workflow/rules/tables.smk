@@ -4,15 +4,15 @@
 
 rule results_table:
     input:
-        metrics=all_runs("metrics.json"),
-        code=results_sources(),
+        metrics=PLAN.all_runs("metrics.json"),
+        code=PLAN.results_sources(),
     output:
         # every experiment's rows; the report shows each paper's own (rule paper_results_table)
         csv=f"{RESULTS}/tables/results.csv",
         md=f"{RESULTS}/tables/results.md",
     params:
         # runs of the experiments only_experiments leaves out, already on disk: merged, not dropped
-        left_out=runs_left_out("metrics.json"),
+        left_out=PLAN.runs_left_out("metrics.json"),
     log:
         f"{RESULTS}/logs/tables/results.log",
     resources:
@@ -27,7 +27,7 @@ rule results_table:
 rule paper_results_table:
     input:
         csv=f"{RESULTS}/tables/results.csv",
-        code=results_sources(),
+        code=PLAN.results_sources(),
     output:
         csv=report(
             f"{RESULTS}/tables/{{paper}}/results.csv",

@@ -4,35 +4,23 @@
 # is re-run on the config's seeds (and the seeds the claims add) under tuned/.
 
 
-rule tune_trial:
-    input:
-        partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
-        summary=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
-        encoder=encoder_inputs,
+use rule train_cell as tune_trial with:
     output:
-        metrics=f"{TRIALS}/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/trial{{trial}}/seed{{seed}}/metrics.json",
-        history=f"{TRIALS}/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/trial{{trial}}/seed{{seed}}/history.csv",
-        clients=f"{TRIALS}/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/trial{{trial}}/seed{{seed}}/clients.csv",
+        **PLAN.run_outputs("trial"),
     params:
-        settings=trial_cell_settings,
+        settings=PLAN.trial_settings,
+        job=lambda wildcards, input: PLAN.training_job("trial", wildcards, input),
     log:
-        f"{RESULTS}/logs/tune/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/trial{{trial}}/seed{{seed}}.log",
+        PLAN.run_log("trial"),
     benchmark:
-        f"{RESULTS}/benchmarks/tune/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/trial{{trial}}/seed{{seed}}.tsv"
-    threads: 1
-    resources:
-        mem_mb=train_mem_mb,
-        runtime=train_runtime,
-    conda:
-        "../../envs/fedbench.yaml"
-    script:
-        "../scripts/tune_trial.py"
+        PLAN.run_benchmark("trial")
+    priority: 0
 
 
 rule tune_select:
     input:
-        histories=lambda w: trial_files(w, "history.csv"),
-        metrics=lambda w: trial_files(w, "metrics.json"),
+        histories=lambda w: PLAN.trial_files(w, "history.csv"),
+        metrics=lambda w: PLAN.trial_files(w, "metrics.json"),
     output:
         chosen=f"{RESULTS}/tuning/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/chosen.json",
         trials=f"{RESULTS}/tuning/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/trials.csv",
@@ -49,41 +37,33 @@ rule tune_select:
         "../scripts/tune_select.py"
 
 
-rule train_tuned:
+use rule train_cell as train_tuned with:
     input:
         partition=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.npz",
         summary=f"{RESULTS}/partitions/{{dataset}}/{{partition}}/seed{{seed}}.json",
-        encoder=encoder_inputs,
+        encoder=PLAN.encoder_inputs,
         chosen=f"{RESULTS}/tuning/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/chosen.json",
     output:
-        metrics=f"{RESULTS}/tuned/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/metrics.json",
-        history=f"{RESULTS}/tuned/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/history.csv",
-        clients=f"{RESULTS}/tuned/runs/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}/clients.csv",
+        **PLAN.run_outputs("tuned"),
     params:
-        settings=cell_settings,
+        settings=PLAN.cell_settings,
+        job=lambda wildcards, input: PLAN.training_job("tuned", wildcards, input),
     log:
-        f"{RESULTS}/logs/tuned/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}.log",
+        PLAN.run_log("tuned"),
     benchmark:
-        f"{RESULTS}/benchmarks/tuned/{{experiment}}/{{dataset}}/{{partition}}/{{model}}/{{algorithm}}/seed{{seed}}.tsv"
-    threads: 1
-    resources:
-        mem_mb=train_mem_mb,
-        runtime=train_runtime,
-    conda:
-        "../../envs/fedbench.yaml"
-    script:
-        "../scripts/train_tuned.py"
+        PLAN.run_benchmark("tuned")
+    priority: 0
 
 
 rule tuning_figure:
     input:
-        trials=lambda w: tuning_files(w.experiment, "trials.csv"),
-        code=results_sources(),
+        trials=lambda w: PLAN.tuning_files(w.experiment, "trials.csv"),
+        code=PLAN.results_sources(),
     output:
         png=report(
             f"{RESULTS}/figures/tuning_{{experiment}}.png",
             caption="../report/tuning_figure.rst",
-            category=experiment_category,
+            category=PLAN.experiment_category,
             subcategory="Tuning",
             labels={"experiment": "{experiment}", "figure": "validation accuracy vs knob"},
         ),
@@ -104,14 +84,13 @@ rule tuning_figure:
 # which the claims target runs anyway, without the trials of every other tuned method.
 use rule tuning_figure as claims_tuning_figure with:
     input:
-        trials=lambda w: [f"{RESULTS}/tuning/{e}/{d}/{p}/{m}/{a}/trials.csv"
-                          for e, d, p, m, a in claims_tuning_blocks() if e == w.experiment],
-        code=results_sources(),
+        trials=PLAN.claims_tuning_trials,
+        code=PLAN.results_sources(),
     output:
         png=report(
             f"{RESULTS}/figures/claims/tuning_{{experiment}}.png",
             caption="../report/tuning_figure.rst",
-            category=experiment_category,
+            category=PLAN.experiment_category,
             subcategory="Tuning",
             labels={"experiment": "{experiment}", "figure": "validation accuracy vs knob, claimed methods"},
         ),

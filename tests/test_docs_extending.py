@@ -1,6 +1,7 @@
 """docs/extending.md cannot rot: its Python blocks run, in order, as one module (the method, a dataset
 source, a partitioner, a model, then the contract over all four); its method is the worked example's
-module, verbatim; its full config validates with the page's builders registered."""
+module, verbatim; its full config validates with the page's builders registered; its tables of packages and
+of moved modules are the package's own (each package's docstring layer, ``fedbench.util.moved.MOVED``)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,24 @@ import sys
 import types
 from pathlib import Path
 
+import ast
+
 import yaml
 
 from fedbench.planning.validate import validate_config
+from fedbench.util.moved import MOVED
 from fedbench.registry.plugins import scratch_registries
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "extending.md"
 EXAMPLE_MODULE = REPO / "examples" / "fedbench_fedavgm" / "src" / "fedbench_fedavgm" / "fedavgm.py"
+
+
+def section_table(heading: str) -> list[list[str]]:
+    """The rows (cells stripped of backticks) of the first table under ``## heading``."""
+    section = PAGE.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip().strip("`") for cell in row.strip("|").split("|")] for row in rows[2:]]
 
 
 def blocks(language: str) -> list[str]:
@@ -42,3 +53,16 @@ def test_the_pages_python_runs_and_its_config_validates(capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed == [f"fedavgm: {p}: pass" for p in ("deterministic", "resume", "checkpoint", "test_rows")] + [
         "fedavgm: ignored_training: pass (declares none)", "fedavgm: scoring: pass"]
+
+
+def test_the_pages_package_layout_is_every_package_at_its_docstrings_layer():
+    layers = {}
+    for init in sorted((REPO / "fedbench").glob("*/__init__.py")):
+        layer = re.match(r"Layer (\d+),", ast.get_docstring(ast.parse(init.read_text())) or "")
+        assert layer, f"{init}: the docstring names no layer"
+        layers[f"fedbench.{init.parent.name}"] = int(layer.group(1))
+    assert {row[0]: int(row[1]) for row in section_table("Package layout")} == layers
+
+
+def test_the_pages_moved_modules_are_the_import_hooks_table():
+    assert dict(section_table("Moved modules")) == MOVED

@@ -192,7 +192,7 @@ def cache_umap_kernels() -> bool:
     """Have numba keep umap-learn's compiled kernels in its cache directory (``NUMBA_CACHE_DIR``) and load
     them from there in later processes: UMAP's first call in a process otherwise compiles them again
     (measured: 16-18 CPU s for ``fit_transform`` on 500 centres, 8 more for the code's per-client
-    ``transform``; 1 and 2 s with the cache, docs/performance.md).  umap-learn's functions are
+    ``transform``; 1 and 2 s with the cache, reports/performance.md).  umap-learn's functions are
     ``numba.njit`` without ``cache=True``; this turns numba's own file cache on for every compiled
     function of the loaded ``umap`` modules (``Dispatcher.enable_caching``, what ``cache=True`` does),
     before any of them compiles.  The cached machine code is what the compilation produced, so UMAP

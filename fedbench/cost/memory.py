@@ -12,7 +12,7 @@ chunked training and evaluation never exceed):
   read-only view, ``fedbench.engine.weights.shared``).
 
 The peaks Snakemake's ``benchmark:`` files record (``{results}/benchmarks/train/...``) against
-these declarations are in docs/performance.md.
+these declarations are in reports/performance.md.
 """
 
 from __future__ import annotations

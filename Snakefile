@@ -31,7 +31,7 @@ wildcard_constraints:
     trial=r"\d+",
     look=r"\d+",
     setting="paper|tuned",
-    paper="|".join(PAPERS),
+    paper=PLAN.paper_choices(),
 
 
 # The stages, in order (one file each under workflow/rules/).

@@ -29,7 +29,9 @@ from fedbench.planning.jobs import Run, block_trials, look_runs, planned_runs, t
 from fedbench.planning.preflight import plan_device
 from fedbench.registry.algorithms import ALGORITHMS
 from fedbench.results.claims import claim_algorithms, claim_cells, evaluated_claims
-from fedbench.results.papers import category, config_papers, experiment_paper, shared_category
+from fedbench.results.papers import (
+    GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category,
+)
 from fedbench.tuning.trials import trial_config
 
 # The figures an algorithm may declare (``figures=`` at registration), drawn from the first seed's runs:
@@ -225,6 +227,20 @@ class WorkflowPlan:
                         for x in ("csv", "md")]
 
     # ---- the report: one category per paper -------------------------------------------------------
+
+    def paper_choices(self) -> str:
+        """Regex matching exactly the papers' names (the ``paper`` wildcard)."""
+        return "|".join(PAPERS)
+
+    def paper_category(self, wildcards) -> str:
+        return category(wildcards.paper)
+
+    def paper_experiments(self, wildcards) -> list[str]:
+        return paper_experiments(self.config, wildcards.paper)
+
+    def paper_guide(self, wildcards) -> str:
+        """What to look for in a paper's tables (their report captions)."""
+        return GUIDES[wildcards.paper]
 
     def experiment_category(self, wildcards) -> str:
         return category(experiment_paper(self.config, wildcards.experiment))

@@ -38,14 +38,14 @@ rule paper_claims:
         csv=report(
             f"{RESULTS}/tables/{{paper}}/claims.csv",
             caption="../report/claims.rst",
-            category=lambda w: category(w.paper),
+            category=PLAN.paper_category,
             subcategory="0. Claims",  # the report sorts subcategories by name: first
             labels={"table": "claims", "format": "CSV"},
         ),
         md=report(
             f"{RESULTS}/tables/{{paper}}/claims.md",
             caption="../report/claims.rst",
-            category=lambda w: category(w.paper),
+            category=PLAN.paper_category,
             subcategory="0. Claims",
             labels={"table": "claims", "format": "Markdown"},
         ),

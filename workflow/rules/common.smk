@@ -12,7 +12,6 @@ from fedbench.config.files import ConfigFileError
 from fedbench.planning.preflight import Workplace
 from fedbench.planning.validate import validate_config
 from fedbench.planning.workflow import WorkflowPlan
-from fedbench.results.papers import GUIDES, PAPERS, category, paper_experiments
 
 
 def train_gpus():

@@ -45,20 +45,20 @@ rule paper_scorecard:
         csv=report(
             f"{RESULTS}/tables/{{paper}}/scorecard.csv",
             caption="../report/scorecard.rst",
-            category=lambda w: category(w.paper),
+            category=PLAN.paper_category,
             subcategory="Tables",
             labels={"table": "scorecard", "format": "CSV"},
         ),
         md=report(
             f"{RESULTS}/tables/{{paper}}/scorecard.md",
             caption="../report/scorecard.rst",
-            category=lambda w: category(w.paper),
+            category=PLAN.paper_category,
             subcategory="Tables",
             labels={"table": "scorecard", "format": "Markdown"},
         ),
     params:
-        experiments=lambda w: paper_experiments(config, w.paper),
-        guide=lambda w: GUIDES[w.paper],  # the caption's "look for"
+        experiments=PLAN.paper_experiments,
+        guide=PLAN.paper_guide,  # the caption's "look for"
     log:
         f"{RESULTS}/logs/tables/{{paper}}_scorecard.log",
     resources:

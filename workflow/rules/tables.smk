@@ -32,20 +32,20 @@ rule paper_results_table:
         csv=report(
             f"{RESULTS}/tables/{{paper}}/results.csv",
             caption="../report/results_table.rst",
-            category=lambda w: category(w.paper),
+            category=PLAN.paper_category,
             subcategory="Tables",
             labels={"table": "results", "format": "CSV"},
         ),
         md=report(
             f"{RESULTS}/tables/{{paper}}/results.md",
             caption="../report/results_table.rst",
-            category=lambda w: category(w.paper),
+            category=PLAN.paper_category,
             subcategory="Tables",
             labels={"table": "results", "format": "Markdown"},
         ),
     params:
-        experiments=lambda w: paper_experiments(config, w.paper),
-        guide=lambda w: GUIDES[w.paper],  # the caption's "look for"
+        experiments=PLAN.paper_experiments,
+        guide=PLAN.paper_guide,  # the caption's "look for"
     log:
         f"{RESULTS}/logs/tables/{{paper}}_results.log",
     resources:

@@ -13,17 +13,12 @@ import sys  # noqa: E402
 from fedbench.run.checkpoint import CheckpointError  # noqa: E402
 from fedbench.config.cells import Cell  # noqa: E402
 from fedbench.data.partition_file import PartitionFileError  # noqa: E402
-from fedbench.run.cell import run_cell  # noqa: E402
+from fedbench.run.job import cell_job  # noqa: E402
+from fedbench.run.stages import run_cell  # noqa: E402
 
 w = smk.wildcards
 cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))
 try:
-    run_cell(
-        smk.config,
-        cell,
-        smk.input.partition,
-        os.path.dirname(smk.output.metrics),
-        device=smk.config["device"],
-    )
+    run_cell(cell_job(smk.config, cell), smk.input.partition, os.path.dirname(smk.output.metrics))
 except (CheckpointError, PartitionFileError) as error:  # a damaged file: one line naming it, no traceback
     sys.exit(f"fedbench: {error}")

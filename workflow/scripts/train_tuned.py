@@ -14,7 +14,8 @@ log_to(smk.log[0])
 use_threads(smk.threads)
 
 from fedbench.config.cells import Cell  # noqa: E402
-from fedbench.run.cell import run_cell  # noqa: E402
+from fedbench.run.job import cell_job  # noqa: E402
+from fedbench.run.stages import run_cell  # noqa: E402
 from fedbench.tuning.trials import apply_setting  # noqa: E402
 from fedbench.run.reuse import copy_run, reusable_paper_run
 
@@ -29,4 +30,4 @@ if paper_run is not None:
     logging.getLogger("fedbench").info("tuning chose the configured setting: copying the paper-setting run %s", paper_run)
     copy_run(paper_run, Path(out_dir))
 else:
-    run_cell(config, cell, smk.input.partition, out_dir, device=smk.config["device"])
+    run_cell(cell_job(config, cell), smk.input.partition, out_dir)

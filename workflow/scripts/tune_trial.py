@@ -10,10 +10,11 @@ log_to(smk.log[0])
 use_threads(smk.threads)
 
 from fedbench.config.cells import Cell  # noqa: E402
-from fedbench.run.cell import run_cell  # noqa: E402
+from fedbench.run.job import cell_job  # noqa: E402
+from fedbench.run.stages import run_cell  # noqa: E402
 from fedbench.tuning.trials import trial_config  # noqa: E402
 
 w = smk.wildcards
 cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))
 config = trial_config(smk.config, w.experiment, w.algorithm, int(w.trial))
-run_cell(config, cell, smk.input.partition, os.path.dirname(smk.output.metrics), device=smk.config["device"])
+run_cell(cell_job(config, cell), smk.input.partition, os.path.dirname(smk.output.metrics))

@@ -2,7 +2,7 @@
 
 The cell (``config/experiments/femam_offline.yaml``: Fashion-MNIST, ``fmnist_ml2.3.5``, 30 clients,
 small_cnn, FeMAM's 5 levels added at rounds 15/20/25/30/35, 40 rounds of 1 epoch at batch 32, every
-round evaluated) runs through ``fedbench.run.cell`` (partition, prepare, train_round, evaluate: what
+round evaluated) runs through ``fedbench.run.stages`` (partition, prepare, train_round, evaluate: what
 the workflow's ``train`` job runs, without writing results) once per repeat on this checkout and on
 each ``--baseline`` (another checkout's root, e.g. ``git archive <commit> | tar -x -C /tmp/base``;
 repeatable), alternating, each in a fresh process with one thread.  Reported per checkout: the
@@ -40,7 +40,8 @@ def run_cell(rounds: int, algorithm: str, data_root: str, workdir: Path) -> dict
     from fedbench.config.cells import Cell  # noqa: PLC0415
     from fedbench.engine.weights import model_weights  # noqa: PLC0415
     from fedbench.run.partition_job import build_partition  # noqa: PLC0415
-    from fedbench.run.cell import evaluate, prepare, resume, train_round
+    from fedbench.run.job import cell_job  # noqa: PLC0415
+    from fedbench.run.stages import evaluate, prepare, resume, train_round  # noqa: PLC0415
 
     config = yaml.safe_load((ROOT / "config/experiments/femam_offline.yaml").read_text())
     config["data_root"] = data_root
@@ -54,7 +55,8 @@ def run_cell(rounds: int, algorithm: str, data_root: str, workdir: Path) -> dict
     if not npz.exists():
         build_partition(config, "fashion_mnist", partition, 0, npz, workdir / f"{partition}.json")
     started = time.perf_counter()
-    run = prepare(config, Cell("femam_offline", "fashion_mnist", partition, "small_cnn", algorithm, 0), npz, workdir / "out")
+    cell = Cell("femam_offline", "fashion_mnist", partition, "small_cnn", algorithm, 0)
+    run = prepare(cell_job(config, cell), npz, workdir / "out")
     progress = resume(run, run.algorithm.init(run.fed, model_weights(run.fed.model)))
     train_s = eval_s = 0.0
     for t in range(1, rounds + 1):

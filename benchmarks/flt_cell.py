@@ -2,7 +2,7 @@
 
 The cell (``config/experiments/flt_claims.yaml``: Fashion-MNIST, 100 clients in 5 clusters, the
 784-200-10 dropout MLP, 100 rounds at participation 0.2, batch 10, evaluated every 10 rounds) runs
-through ``fedbench.run.cell`` -- prepare, the algorithm's ``init``, ``train_round``, ``evaluate``,
+through ``fedbench.run.stages`` -- prepare, the algorithm's ``init``, ``train_round``, ``evaluate``,
 ``checkpoint`` and ``write``: what the workflow's ``train_cell`` job runs -- in a fresh process with one
 thread.  Its process CPU time (user + system, from the interpreter's start: imports included) is
 split by timers wrapped around the library's functions, each exclusive of the timers inside it:
@@ -104,10 +104,12 @@ def run_cell(algorithm: str, partition: str, rounds: int, data_root: str, workdi
     from importlib import import_module  # noqa: PLC0415
 
     # the modules themselves (fedbench.clustering re-exports a function named fcr, which `import ... as` would bind)
-    flt, flt_encoders, ifca, fcr, pipeline = (import_module(f"fedbench.{name}") for name in (
-        "algorithms.flt", "algorithms.flt_encoders", "algorithms.ifca", "clustering.fcr", "pipeline"))
+    flt, flt_encoders, ifca, fcr, stages, outputs = (import_module(f"fedbench.{name}") for name in (
+        "algorithms.flt", "algorithms.flt_encoders", "algorithms.ifca", "clustering.fcr", "run.stages", "run.outputs"))
     from fedbench.config.cells import Cell  # noqa: PLC0415
     from fedbench.engine.weights import model_weights  # noqa: PLC0415
+    from fedbench.run.job import cell_job  # noqa: PLC0415
+    from fedbench.run.partition_job import build_partition  # noqa: PLC0415
 
     config = yaml.safe_load(CONFIG.read_text())
     config["data_root"] = data_root
@@ -120,7 +122,7 @@ def run_cell(algorithm: str, partition: str, rounds: int, data_root: str, workdi
     workdir.mkdir(parents=True, exist_ok=True)
     npz = workdir / f"{partition}.npz"
     if not npz.exists():
-        pipeline.build_partition(config, "fashion_mnist", partition, 0, npz, workdir / f"{partition}.json")
+        build_partition(config, "fashion_mnist", partition, 0, npz, workdir / f"{partition}.json")
     setup = cpu_now() - setup
 
     timers = Timers()
@@ -131,10 +133,10 @@ def run_cell(algorithm: str, partition: str, rounds: int, data_root: str, workdi
     timers.patch(flt, "pca_signatures", "kmeans")
     timers.patch(fcr, "embed_centres", "umap")
     timers.patch(ifca.IFCA, "train_losses", "ifca_losses")
-    timers.patch(pipeline, "train_round", "round_other")
-    timers.patch(pipeline, "evaluate", "evaluate")
-    for name in ("checkpoint", "write"):
-        timers.patch(pipeline, name, "io")
+    timers.patch(stages, "train_round", "round_other")
+    timers.patch(stages, "evaluate", "evaluate")
+    timers.patch(stages, "checkpoint", "io")
+    timers.patch(outputs, "write", "io")
 
     profiler = None
     if profile:
@@ -145,23 +147,23 @@ def run_cell(algorithm: str, partition: str, rounds: int, data_root: str, workdi
     timers.spent["startup"] = cpu_now() - setup
     started = time.perf_counter()
     cell = Cell(experiment, "fashion_mnist", partition, "mlp", algorithm, 0)
-    run = timers.wrap("prepare", pipeline.prepare)(config, cell, npz, workdir / "out" / algorithm)
+    run = timers.wrap("prepare", stages.prepare)(cell_job(config, cell), npz, workdir / "out" / algorithm)
     run.fed.trainer.train = timers.wrap("train", run.fed.trainer.train)
-    progress = pipeline.resume(run, timers.wrap("init", run.algorithm.init)(run.fed, model_weights(run.fed.model)))
+    progress = stages.resume(run, timers.wrap("init", run.algorithm.init)(run.fed, model_weights(run.fed.model)))
     every = run.training["eval_every"]
     for t in range(progress.first, rounds + 1):
-        pipeline.train_round(run, progress, t)
-        if pipeline.due(t, every, rounds):
-            pipeline.evaluate(run, progress, t)
-        pipeline.checkpoint(run, progress, t)
-    metrics = pipeline.write(run, progress)
+        stages.train_round(run, progress, t)
+        if stages.due(t, every, rounds):
+            stages.evaluate(run, progress, t)
+        stages.checkpoint(run, progress, t)
+    metrics = outputs.write(run, progress)
     wall = time.perf_counter() - started
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(profile)
     total = cpu_now() - setup
     history = progress.history[-1]
-    return {"algorithm": algorithm, "fedbench": str(Path(pipeline.__file__).parents[1]), "partition": partition,
+    return {"algorithm": algorithm, "fedbench": str(Path(stages.__file__).parents[2]), "partition": partition,
             "rounds": rounds, "cpu_s": total, "wall_s": wall,
             **{k: round(v, 3) for k, v in timers.spent.items()},
             "unattributed": round(total - sum(timers.spent.values()), 3),

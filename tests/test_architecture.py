@@ -140,9 +140,9 @@ def test_no_import_points_up_a_layer():
 def test_the_checks_see_through_functions_and_relative_imports(tmp_path):
     """An import inside a function counts; ``from . import x`` resolves to its package's module."""
     source = tmp_path / "mod.py"
-    source.write_text("def f():\n    from fedbench.run.cell import run_cell\n\nfrom .util import threads\n")
+    source.write_text("def f():\n    from fedbench.run.stages import run_cell\n\nfrom .util import threads\n")
     modules = module_files()
-    assert imports("fedbench.mod", source, modules) == {"fedbench.run.cell", "fedbench.util.threads"}
+    assert imports("fedbench.mod", source, modules) == {"fedbench.run.stages", "fedbench.util.threads"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer("fedbench.planning.cost_report") == 7 and layer("fedbench.cost.model") == 3 and layer("fedbench.data.vision") == 1
 

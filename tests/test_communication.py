@@ -261,12 +261,13 @@ def tiny_partition(tmp_path_factory):
 
 
 def run_tiny(tmp_path, partition, **top):
-    from fedbench.run.cell import run_cell
+    from fedbench.run.job import cell_job
+    from fedbench.run.stages import run_cell
 
     config = tiny_digits_config(rounds=3, local_epochs=1, batch_size=16, lr=0.1, participation=0.5, eval_every=2)
     config.update(top)
     cell = Cell("tiny", "digits", "dir", "mlp", "fedavg", 0)
-    metrics = run_cell(config, cell, partition, tmp_path / "run")
+    metrics = run_cell(cell_job(config, cell), partition, tmp_path / "run")
     return metrics, pd.read_csv(tmp_path / "run" / "history.csv")
 
 

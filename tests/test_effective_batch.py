@@ -16,7 +16,8 @@ from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
 from fedbench.run.partition_job import build_partition
-from fedbench.run.cell import run_cell
+from fedbench.run.job import cell_job
+from fedbench.run.stages import run_cell
 
 HUGE = 10**9
 
@@ -58,8 +59,8 @@ def test_huge_batch_size_runs_a_cell_as_the_explicit_full_batch(tmp_path):
     explicit = json.loads(json.dumps(CONFIG))
     explicit["experiments"]["tiny"]["training"]["batch_size"] = largest
     cell = Cell("tiny", "digits", "dir", "mlp", "fedavg", 0)
-    huge = run_cell(CONFIG, cell, tmp_path / "p.npz", tmp_path / "huge")
-    full = run_cell(explicit, cell, tmp_path / "p.npz", tmp_path / "full")
+    huge = run_cell(cell_job(CONFIG, cell), tmp_path / "p.npz", tmp_path / "huge")
+    full = run_cell(cell_job(explicit, cell), tmp_path / "p.npz", tmp_path / "full")
     assert huge["final"] == full["final"] and huge["global"] == full["global"]
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "huge" / "history.csv"), pd.read_csv(tmp_path / "full" / "history.csv"))
     assert huge["final"]["accuracy"] == pytest.approx(full["final"]["accuracy"]) and huge["final"]["accuracy"] > 0

@@ -23,7 +23,7 @@ from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.models.additive import AdditiveLevels, additive_weights
-from fedbench.run.cell import structure_scores
+from fedbench.run.scoring import structure_scores
 from fedbench.registry.protocols import PROTOCOLS
 from conftest import make_data, make_federation
 
@@ -1012,7 +1012,8 @@ def test_a_femam_cell_end_to_end_through_the_pipeline(tmp_path):
     from fedbench.config.cells import Cell
     from fedbench.planning.validate import check_config
     from fedbench.run.partition_job import build_partition
-    from fedbench.run.cell import run_cell
+    from fedbench.run.job import cell_job
+    from fedbench.run.stages import run_cell
 
     config = {
         "results": "unused", "device": "cpu", "seeds": [0],
@@ -1027,7 +1028,7 @@ def test_a_femam_cell_end_to_end_through_the_pipeline(tmp_path):
     }
     check_config(config)
     build_partition(config, "digits", "c", 0, tmp_path / "p.npz", tmp_path / "p.json")
-    metrics = run_cell(config, Cell("t", "digits", "c", "mlp", "femam", 0), tmp_path / "p.npz", tmp_path / "run")
+    metrics = run_cell(cell_job(config, Cell("t", "digits", "c", "mlp", "femam", 0)), tmp_path / "p.npz", tmp_path / "run")
     history = pd.read_csv(tmp_path / "run" / "history.csv")
     assert metrics["final"]["round"] == int(history.loc[history["val_loss_mean"].idxmin(), "round"])
     assert metrics["final"]["last_round"] == 6

@@ -312,7 +312,7 @@ def test_a_femam_run_scores_as_with_every_level_evaluated(monkeypatch):
     from conftest import make_federation
     from test_femam import data_with_val
 
-    from fedbench.run.cell import score_round
+    from fedbench.run.scoring import score_round
 
     def run(keep):
         if not keep:

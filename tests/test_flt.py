@@ -567,7 +567,7 @@ def test_planted_c_ari_cuts_the_same_ward_tree_at_the_true_number_of_clusters():
     from sklearn.metrics import adjusted_rand_score
 
     from fedbench.clustering.fcr import hierarchical_clusters
-    from fedbench.run.cell import _planted_scores, _cluster_scores
+    from fedbench.run.scoring import _planted_scores, _cluster_scores
 
     truth = np.repeat(np.arange(3), 3)
     adjacency = (truth[:, None] == truth[None, :]).astype(int)
@@ -585,7 +585,7 @@ def test_planted_c_ari_cuts_the_same_ward_tree_at_the_true_number_of_clusters():
     assert _planted_scores(fed, algorithm, state, None) == {}
     assert _planted_scores(fed, ALGORITHMS["fedavg"](), state, truth) == {}  # no such reading: not reported
     # an evaluated round records both (history.csv), metrics.json carries both, a claim may read either
-    from fedbench.run.cell import score_round
+    from fedbench.run.scoring import score_round
     from fedbench.results.claims import METRICS
     from fedbench.results.tables import CLUSTER_METRICS
 

@@ -243,7 +243,8 @@ def test_mnist_half_of_the_grid_runs_on_an_idx_fixture(tmp_path):
     from fedbench.config.cells import Cell
     from fedbench.planning.validate import check_config
     from fedbench.run.partition_job import build_partition
-    from fedbench.run.cell import run_cell
+    from fedbench.run.job import cell_job
+    from fedbench.run.stages import run_cell
 
     write_mnist(tmp_path / "data" / "MNIST" / "raw", MNIST_NAMES, 400, 100, compress=True)
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments/pfedmt.yaml").read_text())
@@ -256,7 +257,7 @@ def test_mnist_half_of_the_grid_runs_on_an_idx_fixture(tmp_path):
     check_config(config)
     build_partition(config, "mnist", "teams2x10", 0, tmp_path / "p.npz", tmp_path / "p.json")
     for algorithm in ("pfedmt_cnn", "pfedme_mnist_cnn"):
-        metrics = run_cell(config, Cell("mnist_cnn", "mnist", "teams2x10", "cnn", algorithm, 0), tmp_path / "p.npz", tmp_path / algorithm)
+        metrics = run_cell(cell_job(config, Cell("mnist_cnn", "mnist", "teams2x10", "cnn", algorithm, 0)), tmp_path / "p.npz", tmp_path / algorithm)
         history = pd.read_csv(tmp_path / algorithm / "history.csv")
         assert list(history["round"]) == [1, 2] and history[["acc_pooled", "global_acc"]].notna().all().all()
         # pooled_max (pFedMe's average_data): the reported accuracy is the best round's pooled accuracy

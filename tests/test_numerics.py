@@ -28,7 +28,8 @@ from fedbench.engine.step_runner import EagerFallback
 from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import broadcast, model_weights
 from fedbench.run.partition_job import build_partition
-from fedbench.run.cell import run_cell
+from fedbench.run.job import cell_job
+from fedbench.run.stages import run_cell
 from fedbench.planning.validate import validate_config
 from conftest import tiny_digits_config
 
@@ -351,7 +352,7 @@ def test_default_settings_keep_the_numbers_and_identity(tmp_path, digits_partiti
     plain = tiny_digits_config(rounds=3, lr=0.1)
     explicit = tiny_digits_config(rounds=3, lr=0.1, precision="fp32", channels_last=False, cudnn_benchmark=False, compile=False)
     validate_config(explicit)
-    a, b = (run_cell(config, cell, digits_partition, tmp_path / name) for name, config in (("a", plain), ("b", explicit)))
+    a, b = (run_cell(cell_job(config, cell), digits_partition, tmp_path / name) for name, config in (("a", plain), ("b", explicit)))
     assert _numbers(a) == _numbers(b)
     assert (tmp_path / "a" / "history.csv").read_text() == (tmp_path / "b" / "history.csv").read_text()
     assert not {"precision", "channels_last", "cudnn_benchmark", "compile"} & set(a["hyperparameters"]["training"])
@@ -362,10 +363,10 @@ def test_default_settings_keep_the_numbers_and_identity(tmp_path, digits_partiti
 
 def test_a_bf16_run_records_it_and_stays_near_fp32(tmp_path, digits_partition):
     cell = Cell("tiny", "digits", "dir", "mlp", "fedavg", 0)
-    fp32 = run_cell(tiny_digits_config(rounds=3, lr=0.1), cell, digits_partition, tmp_path / "fp32")
+    fp32 = run_cell(cell_job(tiny_digits_config(rounds=3, lr=0.1), cell), digits_partition, tmp_path / "fp32")
     config = tiny_digits_config(rounds=3, lr=0.1, precision="bf16", channels_last=True)
     validate_config(config)
-    bf16 = run_cell(config, cell, digits_partition, tmp_path / "bf16")
+    bf16 = run_cell(cell_job(config, cell), digits_partition, tmp_path / "bf16")
     written = json.loads((tmp_path / "bf16" / "metrics.json").read_text())
     assert written["numerics"]["precision"] == "bf16" and written["numerics"]["trainer_step"] == "wide"
     assert written["numerics"]["channels_last"] is True

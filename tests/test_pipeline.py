@@ -9,7 +9,8 @@ import torch
 from fedbench.config.cells import Cell
 from fedbench.planning.validate import check_config
 from fedbench.run.partition_job import build_partition
-from fedbench.run.cell import choose_device, run_cell
+from fedbench.run.job import cell_job
+from fedbench.run.stages import run_cell
 
 CONFIG = {
     "results": "unused",
@@ -45,8 +46,8 @@ def numbers(metrics: dict) -> dict:
 @pytest.mark.parametrize("algorithm", ["fedavg_plus", "local"])
 def test_same_seed_same_numbers(tmp_path, partition, algorithm):
     cell = Cell("tiny", "digits", "dir", "mlp", algorithm, 0)
-    first = run_cell(CONFIG, cell, partition, tmp_path / "a")
-    second = run_cell(CONFIG, cell, partition, tmp_path / "b")
+    first = run_cell(cell_job(CONFIG, cell), partition, tmp_path / "a")
+    second = run_cell(cell_job(CONFIG, cell), partition, tmp_path / "b")
     assert numbers(first) == numbers(second)
     for name in ("history.csv", "clients.csv"):
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "a" / name), pd.read_csv(tmp_path / "b" / name))
@@ -54,7 +55,7 @@ def test_same_seed_same_numbers(tmp_path, partition, algorithm):
 
 def test_outputs_describe_the_run(tmp_path, partition):
     cell = Cell("tiny", "digits", "dir", "mlp", "fedavg_plus", 0)
-    run_cell(CONFIG, cell, partition, tmp_path)
+    run_cell(cell_job(CONFIG, cell), partition, tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     history = pd.read_csv(tmp_path / "history.csv")
     clients = pd.read_csv(tmp_path / "clients.csv")
@@ -73,32 +74,13 @@ def test_outputs_describe_the_run(tmp_path, partition):
     assert len(clients) == 5 and clients["test_samples"].sum() > 0
 
 
-# a stub throughput table: the GPU fast on FLOPs, slow per round (launches, bookkeeping)
-GPU_LOSES_SMALL = {"job_overhead_s": 60, "safety_factor": 2.0,
-                   "cpu": {"assumed": 1e9, "round_overhead_s": 0.0, "families": {"mlp": {"train": 1e9, "eval": 1e9}}},
-                   "cuda": {"assumed": 1e13, "round_overhead_s": 5.0, "families": {"resnet9": {"train": 1e13, "eval": 1e13}}}}
-
-
-def test_device_auto_trains_where_the_cost_model_says_faster(tmp_path, partition, monkeypatch):
-    """``device: auto`` with CUDA: a tiny MLP cell goes to the CPU (4 rounds x 5 s on the GPU), a big
-    ResNet-9 cell to the GPU; the choice and its reason go into metrics.json."""
-    import fedbench.cost.model as cost
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cost, "throughputs", lambda path=None: GPU_LOSES_SMALL)
-    config = {**CONFIG, "device": "auto"}
-    metrics = run_cell(config, Cell("tiny", "digits", "dir", "mlp", "local", 0), partition, tmp_path)
-    assert metrics["device"] == "cpu" and json.loads((tmp_path / "metrics.json").read_text())["device"] == "cpu"
-    reason = metrics["device_reason"]
-    assert reason.startswith("device auto: the CPU is estimated faster: cpu ") and "vs cuda 80 s (uncalibrated" in reason
-    big = {"dataset": {"source": "cifar10"}, "partition": {"kind": "iid", "num_clients": 50, "test_fraction": 0.2},
-           "model": {"arch": "resnet9"}, "algorithm": {"method": "fedavg"},
-           "training": {**CONFIG["experiments"]["tiny"]["training"], "train_eval_every": None, "rounds": 100}}
-    device, reason = choose_device("auto", big, tmp_path / "no_partition_yet.npz")  # shape from the dataset's facts
-    assert device.type == "cuda" and "the GPU is estimated faster" in reason and "(calibrated: cuda resnet9" in reason
-    assert choose_device("cpu", big, tmp_path / "x.npz")[0].type == "cpu"  # an explicit device as named
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert choose_device("auto", big, tmp_path / "x.npz") == (torch.device("cpu"), "device auto: no CUDA available")
+def test_the_run_trains_on_the_jobs_device_and_records_why(tmp_path, partition):
+    """The device and its reason come from the job (the plan's choice under ``device: auto``); the run
+    re-derives neither and records both in metrics.json."""
+    reason = "device auto: the CPU is estimated faster: cpu 3 s vs cuda 80 s"
+    job = cell_job(CONFIG, Cell("tiny", "digits", "dir", "mlp", "local", 0), "cpu", reason)
+    metrics = run_cell(job, partition, tmp_path)
+    assert metrics["device"] == "cpu" and json.loads((tmp_path / "metrics.json").read_text())["device_reason"] == reason
 
 
 def test_train_scores_only_where_asked(tmp_path, partition):
@@ -106,7 +88,7 @@ def test_train_scores_only_where_asked(tmp_path, partition):
     the pooled training losses are the per-row mean over all clients' training rows."""
     config = json.loads(json.dumps(CONFIG))
     config["experiments"]["tiny"]["training"].update(rounds=5, eval_every=1, train_eval_every=2)
-    run_cell(config, Cell("tiny", "digits", "dir", "mlp", "fedavg_plus", 0), partition, tmp_path)
+    run_cell(cell_job(config, Cell("tiny", "digits", "dir", "mlp", "fedavg_plus", 0)), partition, tmp_path)
     history = pd.read_csv(tmp_path / "history.csv").set_index("round")
     scored = history["train_loss_pooled"].notna()
     assert list(history.index[scored]) == [2, 4, 5]
@@ -119,7 +101,7 @@ def test_adjacency_scores_by_hand():
     density 4/12, cross-group 2/4 (the 1-2 link)."""
     import numpy as np
 
-    from fedbench.run.cell import adjacency_scores
+    from fedbench.run.scoring import adjacency_scores
 
     a = np.eye(4, dtype=int)
     a[0, 1] = a[1, 0] = a[1, 2] = a[2, 1] = 1
@@ -154,11 +136,11 @@ def test_cfl_end_to_end_splits_two_planted_groups_with_conflicting_gradients(tmp
     }
     check_config(config)
     build_partition(config, "d", "two", 0, tmp_path / "p.npz", tmp_path / "p.json")
-    metrics = run_cell(config, Cell("e", "d", "two", "lin", "cfl_fires", 0), tmp_path / "p.npz", tmp_path / "fires")
+    metrics = run_cell(cell_job(config, Cell("e", "d", "two", "lin", "cfl_fires", 0)), tmp_path / "p.npz", tmp_path / "fires")
     history = pd.read_csv(tmp_path / "fires" / "history.csv")
     assert list(history["cfl_splits"]) == [0, 1] and metrics["summary"]["split_rounds"] == [2]
     assert history["ari"].iloc[-1] == 1.0 and (history[["cfl_mean_norm", "cfl_max_norm"]] > 0).all().all()
     with caplog.at_level(logging.WARNING):
-        quiet = run_cell(config, Cell("e", "d", "two", "lin", "cfl", 0), tmp_path / "p.npz", tmp_path / "quiet")
+        quiet = run_cell(cell_job(config, Cell("e", "d", "two", "lin", "cfl", 0)), tmp_path / "p.npz", tmp_path / "quiet")
     assert quiet["summary"]["split_rounds"] == [] and "never split" in caplog.text
     assert np.isfinite(pd.read_csv(tmp_path / "quiet" / "history.csv")["cfl_mean_norm"]).all()

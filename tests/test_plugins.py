@@ -19,7 +19,8 @@ from fedbench.algorithms import ALGORITHMS
 from fedbench.config.cells import Cell, ConfigError, expand_cells
 from fedbench.extension.contract import Case, check_algorithm
 from fedbench.run.partition_job import build_partition
-from fedbench.run.cell import run_cell
+from fedbench.run.job import cell_job
+from fedbench.run.stages import run_cell
 from fedbench.planning.validate import validate_config
 from fedbench.registry.plugins import installed, load_plugins, scratch_registries
 from fedbench.results.tables import load_metrics, summarise
@@ -73,7 +74,7 @@ def run_every_cell(config: dict) -> list[Path]:
         if not Path(f"{stem}.npz").exists():
             Path(stem).parent.mkdir(parents=True, exist_ok=True)
             build_partition(config, cell.dataset, cell.partition, cell.seed, f"{stem}.npz", f"{stem}.json")
-        run_cell(config, cell, f"{stem}.npz", cell.run_dir(results))
+        run_cell(cell_job(config, cell), f"{stem}.npz", cell.run_dir(results))
         written.append(Path(cell.run_dir(results)) / "metrics.json")
     return written
 

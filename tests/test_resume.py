@@ -8,14 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import fedbench.run.cell as pipeline
+import fedbench.run.stages as pipeline
 from fedbench.algorithms import ALGORITHMS
 from fedbench.run.checkpoint import CHECKPOINT_NAME, CheckpointError
 from fedbench.config.cells import Cell
 from fedbench.planning.validate import check_config
 from fedbench.data.partition_file import PartitionFileError
 from fedbench.run.partition_job import build_partition
-from fedbench.run.cell import run_cell
+from fedbench.run.job import cell_job
+from fedbench.run.stages import run_cell
 from fedbench.results.tables import load_metrics, summarise, to_markdown
 
 TRAINING = {"rounds": 6, "batch_size": 16, "lr": 0.1, "participation": 0.6, "eval_every": 2,
@@ -85,18 +86,18 @@ def results_of(out_dir) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
 ])
 def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, partition, monkeypatch, experiment, algorithm, model):
     cell = Cell(experiment, "digits", "dir", model, algorithm, 0)
-    run_cell(CONFIG, cell, partition, tmp_path / "whole")
+    run_cell(cell_job(CONFIG, cell), partition, tmp_path / "whole")
     assert not (tmp_path / "whole" / CHECKPOINT_NAME).exists()  # removed once the cell completed
 
     with monkeypatch.context() as m:
         kill_after_round(m, 4)
         with pytest.raises(Killed):
-            run_cell(CONFIG, cell, partition, tmp_path / "resumed")
+            run_cell(cell_job(CONFIG, cell), partition, tmp_path / "resumed")
     assert (tmp_path / "resumed" / CHECKPOINT_NAME).exists()
     assert not (tmp_path / "resumed" / "metrics.json").exists()  # no partial output left behind
     logged = []
     monkeypatch.setattr(pipeline.log, "info", lambda msg, *args: logged.append(msg % args))
-    run_cell(CONFIG, cell, partition, tmp_path / "resumed")
+    run_cell(cell_job(CONFIG, cell), partition, tmp_path / "resumed")
     assert any("after round 4" in line for line in logged)  # it continued, it did not start over
 
     whole, resumed = results_of(tmp_path / "whole"), results_of(tmp_path / "resumed")
@@ -113,10 +114,10 @@ def test_keep_checkpoint_and_settings_that_change_no_number(tmp_path, partition)
     config = json.loads(json.dumps(CONFIG))
     config["experiments"]["sgd"]["training"].update(keep_checkpoint=True)
     cell = Cell("sgd", "digits", "dir", "mlp", "fedavg", 0)
-    run_cell(config, cell, partition, tmp_path / "kept")
+    run_cell(cell_job(config, cell), partition, tmp_path / "kept")
     assert (tmp_path / "kept" / CHECKPOINT_NAME).exists()
     config["experiments"]["sgd"]["training"].update(checkpoint_every=0, keep_checkpoint=False)
-    run_cell(config, cell, partition, tmp_path / "never")
+    run_cell(cell_job(config, cell), partition, tmp_path / "never")
     assert not (tmp_path / "never" / CHECKPOINT_NAME).exists()
     assert results_of(tmp_path / "kept")[0] == results_of(tmp_path / "never")[0]
     assert "checkpoint_every" not in results_of(tmp_path / "never")[0]["hyperparameters"]["training"]
@@ -127,11 +128,11 @@ def test_checkpoint_of_other_settings_is_set_aside(tmp_path, partition, monkeypa
     with monkeypatch.context() as m:
         kill_after_round(m, 2)
         with pytest.raises(Killed):
-            run_cell(CONFIG, cell, partition, tmp_path / "run")
+            run_cell(cell_job(CONFIG, cell), partition, tmp_path / "run")
     config = json.loads(json.dumps(CONFIG))
     config["experiments"]["sgd"]["training"]["lr"] = 0.05  # another run: must not continue the old one
-    run_cell(config, cell, partition, tmp_path / "run")
-    run_cell(config, cell, partition, tmp_path / "fresh")
+    run_cell(cell_job(config, cell), partition, tmp_path / "run")
+    run_cell(cell_job(config, cell), partition, tmp_path / "fresh")
     assert (tmp_path / "run" / (CHECKPOINT_NAME + ".stale")).exists()
     assert results_of(tmp_path / "run")[0] == results_of(tmp_path / "fresh")[0]
 
@@ -142,12 +143,12 @@ def test_unreadable_checkpoint_is_named(tmp_path, partition, monkeypatch, damage
     with monkeypatch.context() as m:
         kill_after_round(m, 2)
         with pytest.raises(Killed):
-            run_cell(CONFIG, cell, partition, tmp_path)
+            run_cell(cell_job(CONFIG, cell), partition, tmp_path)
     path = tmp_path / CHECKPOINT_NAME
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"not a checkpoint at all")
     with pytest.raises(CheckpointError, match=str(path).replace(".", r"\.") + " cannot be read"):
-        run_cell(CONFIG, cell, partition, tmp_path)
+        run_cell(cell_job(CONFIG, cell), partition, tmp_path)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "missing_key"])
@@ -162,12 +163,12 @@ def test_unreadable_partition_is_named(tmp_path, partition, damage):
         with np.load(partition) as f:
             np.savez(path, **{k: f[k] for k in f.files if k != "test_offsets"})
     with pytest.raises(PartitionFileError, match=f"partition file {str(path)}"):
-        run_cell(CONFIG, Cell("sgd", "digits", "dir", "mlp", "fedavg", 0), path, tmp_path / "out")
+        run_cell(cell_job(CONFIG, Cell("sgd", "digits", "dir", "mlp", "fedavg", 0)), path, tmp_path / "out")
 
 
 def test_divergence_is_recorded(tmp_path, partition):
     """lr = 1e30 makes the MLP's weights and then its loss overflow: the run stops at that round with status diverged."""
-    metrics = run_cell(CONFIG, Cell("blowup", "digits", "dir", "mlp", "fedavg", 0), partition, tmp_path)
+    metrics = run_cell(cell_job(CONFIG, Cell("blowup", "digits", "dir", "mlp", "fedavg", 0)), partition, tmp_path)
     history = pd.read_csv(tmp_path / "history.csv")
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert on_disk["status"] == metrics["status"] == "diverged"
@@ -182,7 +183,7 @@ def test_divergence_is_recorded(tmp_path, partition):
 def test_tables_show_diverged_cells(tmp_path, partition):
     """A diverged run is a table entry 'diverged', not a number and not a blank; next to a
     completed seed the mean is over the completed one and the count of diverged seeds is shown."""
-    run_cell(CONFIG, Cell("blowup", "digits", "dir", "mlp", "fedavg", 0), partition, tmp_path / "seed0")
+    run_cell(cell_job(CONFIG, Cell("blowup", "digits", "dir", "mlp", "fedavg", 0)), partition, tmp_path / "seed0")
     diverged = json.loads((tmp_path / "seed0" / "metrics.json").read_text())
     completed = {**diverged, "status": "completed", "cell": {**diverged["cell"], "seed": 1},
                  "final": {**diverged["final"], "accuracy": 0.5}}
@@ -202,9 +203,9 @@ def test_curves_draw_around_a_diverged_run(tmp_path, partition, saved_figures):
 
     config = json.loads(json.dumps(CONFIG))
     config["seeds"] = [0, 1]
-    run_cell(config, Cell("blowup", "digits", "dir", "mlp", "fedavg", 0), partition, tmp_path / "seed0")
+    run_cell(cell_job(config, Cell("blowup", "digits", "dir", "mlp", "fedavg", 0)), partition, tmp_path / "seed0")
     config["experiments"]["blowup"]["training"]["lr"] = 0.1
-    run_cell(config, Cell("blowup", "digits", "dir", "mlp", "fedavg", 1), partition, tmp_path / "seed1")
+    run_cell(cell_job(config, Cell("blowup", "digits", "dir", "mlp", "fedavg", 1)), partition, tmp_path / "seed1")
     histories = load_histories([tmp_path / "seed0", tmp_path / "seed1"])
     plot_training_curves(histories, tmp_path / "curves.png", [Curve("fedavg", "FedAvg", "acc_mean", "train_loss_pooled")])
     assert (tmp_path / "curves.png").stat().st_size > 0

@@ -18,7 +18,10 @@ from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights
 from fedbench.run.partition_job import build_partition
-from fedbench.run.cell import checkpoint, due, evaluate, prepare, resume, run_cell, score_round, train_round, write
+from fedbench.run.job import cell_job
+from fedbench.run.outputs import write
+from fedbench.run.scoring import score_round
+from fedbench.run.stages import checkpoint, due, evaluate, prepare, resume, run_cell, train_round
 from conftest import tiny_digits_config
 
 CONFIG = tiny_digits_config(rounds=4, batch_size=16, lr=0.1, participation=0.5, eval_every=2, checkpoint_every=2)
@@ -80,28 +83,28 @@ def test_resume_starts_at_round_one_without_a_checkpoint_and_after_the_saved_rou
     """No checkpoint: round 1 with the state given.  After a run that kept its last checkpoint
     (round 4): round 5, its history (rounds 2 and 4) and per-client scores, its wall time, and the
     federation's random stream as saved.  With checkpoints off the same file is not read."""
-    run = prepare(CONFIG, CELL, partition, tmp_path)
+    run = prepare(cell_job(CONFIG, CELL), partition, tmp_path)
     initial = run.algorithm.init(run.fed, model_weights(run.fed.model))
     fresh = resume(run, initial)
     assert (fresh.first, fresh.history, fresh.per_client, fresh.losses, fresh.spent_before) == (1, [], {}, [], 0.0)
     assert fresh.state is initial
 
-    run_cell(with_training(keep_checkpoint=True), CELL, partition, tmp_path)
+    run_cell(cell_job(with_training(keep_checkpoint=True), CELL), partition, tmp_path)
     saved = torch.load(tmp_path / CHECKPOINT_NAME, weights_only=False)
-    run = prepare(CONFIG, CELL, partition, tmp_path)
+    run = prepare(cell_job(CONFIG, CELL), partition, tmp_path)
     resumed = resume(run, run.algorithm.init(run.fed, model_weights(run.fed.model)))
     assert resumed.first == 5 and [row["round"] for row in resumed.history] == [2, 4] and list(resumed.per_client) == [2, 4]
     assert resumed.spent_before == saved["wall_time_s"] > 0
     assert torch.equal(run.fed.generator.get_state(), saved["rng"]["federation"])
     assert all(torch.equal(resumed.state["global"][k], v) for k, v in saved["state"]["global"].items())
 
-    off = prepare(with_training(checkpoint_every=0), CELL, partition, tmp_path)
+    off = prepare(cell_job(with_training(checkpoint_every=0), CELL), partition, tmp_path)
     assert resume(off, {}).first == 1
 
 
 def stages_until_write(config, partition, out):
     """``run_cell`` up to its write stage: the run and its progress after the last round."""
-    run = prepare(config, CELL, partition, out)
+    run = prepare(cell_job(config, CELL), partition, out)
     progress = resume(run, run.algorithm.init(run.fed, model_weights(run.fed.model)))
     for t in range(progress.first, run.training["rounds"] + 1):
         assert train_round(run, progress, t)
@@ -124,7 +127,7 @@ def test_a_failed_write_leaves_no_partial_file_and_the_rerun_only_writes(tmp_pat
     """The write stage run by hand equals ``run_cell``.  A write that dies half-way (disk full after
     a partial CSV) leaves only the checkpoint of the last round: no output, no temporary file.  The
     rerun resumes after the last round, so it trains nothing, and writes the same outputs."""
-    run_cell(CONFIG, CELL, partition, tmp_path / "whole")
+    run_cell(cell_job(CONFIG, CELL), partition, tmp_path / "whole")
     run, progress = stages_until_write(CONFIG, partition, tmp_path / "staged")
     write(run, progress)
     assert_same_outputs(tmp_path / "staged", tmp_path / "whole")
@@ -142,7 +145,7 @@ def test_a_failed_write_leaves_no_partial_file_and_the_rerun_only_writes(tmp_pat
             write(run, progress)
     assert os.listdir(tmp_path / "failed") == [CHECKPOINT_NAME]
 
-    rerun = prepare(CONFIG, CELL, partition, tmp_path / "failed")
+    rerun = prepare(cell_job(CONFIG, CELL), partition, tmp_path / "failed")
     resumed = resume(rerun, rerun.algorithm.init(rerun.fed, model_weights(rerun.fed.model)))
     assert resumed.first == rerun.training["rounds"] + 1
     write(rerun, resumed)

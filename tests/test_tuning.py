@@ -15,7 +15,8 @@ from fedbench.config.cells import Cell, ConfigError
 from fedbench.data.partition import Partition, hold_out_validation
 from fedbench.data.partition_file import load_partition, save_partition
 from fedbench.run.partition_job import build_partition
-from fedbench.run.cell import run_cell
+from fedbench.run.job import cell_job
+from fedbench.run.stages import run_cell
 from fedbench.planning.validate import check_config
 from fedbench.registry.search_space import COMMON_SEARCH, LogRange, Relative
 from fedbench.tuning.trials import (
@@ -203,7 +204,7 @@ def test_poisoning_the_test_split_leaves_the_choice_unchanged(tmp_path, tuning_p
             histories = []
             for trial in range(3):
                 out = tmp_path / name / algorithm / f"trial{trial}" / "seed50"
-                run_cell(trial_config(config, "e", algorithm, trial), Cell("e", "digits", "dir", "mlr", algorithm, 50),
+                run_cell(cell_job(trial_config(config, "e", algorithm, trial), Cell("e", "digits", "dir", "mlr", algorithm, 50)),
                          tuning_partitions / f"{name}.npz", out)
                 histories.append(out / "history.csv")
                 test_scores[name, algorithm, trial] = pd.read_csv(out / "history.csv")["acc_mean"].iloc[-1]
@@ -249,11 +250,11 @@ def test_a_tuned_run_at_the_configured_setting_copies_the_paper_run(tmp_path, tu
     paper = Path(cell.run_dir(config["results"]))
     chosen = [apply_setting(config, "e", "fedavg", s) for s in trial_settings(config, "e", "fedavg")]
     assert reusable_paper_run(config, chosen[0], cell) is None  # no paper run yet
-    run_cell(config, cell, tuning_partitions / "clean.npz", paper)
+    run_cell(cell_job(config, cell), tuning_partitions / "clean.npz", paper)
     assert reusable_paper_run(config, chosen[0], cell) == paper
     assert reusable_paper_run(config, chosen[1], cell) is None  # another learning rate
     copy_run(paper, tmp_path / "copied")
-    run_cell(chosen[0], cell, tuning_partitions / "clean.npz", tmp_path / "trained")
+    run_cell(cell_job(chosen[0], cell), tuning_partitions / "clean.npz", tmp_path / "trained")
     for name in ("history.csv", "clients.csv"):
         assert (tmp_path / "copied" / name).read_bytes() == (tmp_path / "trained" / name).read_bytes()
     copied = json.loads((tmp_path / "copied" / "metrics.json").read_text())

@@ -140,7 +140,7 @@ def test_a_diverged_curve_is_marked_with_its_round(saved_figures, tmp_path):
 def test_a_train_script_edit_is_listed_by_provenance():
     from fedbench.run.provenance import CELL_SCRIPTS, changed_files, code_files
 
-    roots = ["fedbench.run.cell"]
+    roots = ["fedbench.run.stages"]
     now = code_files(roots, CELL_SCRIPTS)
     assert set(CELL_SCRIPTS) <= set(now)
     edited = {**now, "workflow/scripts/train.py": "0" * 16}

@@ -22,6 +22,7 @@ from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.numerics import FP32, Numerics
 from fedbench.engine.traffic import Traffic, weights_bytes
+from fedbench.engine.trainer import Trainer
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class Federation:
 
     model: nn.Module
     data: FederatedData
-    trainer: Any  # VectorisedTrainer or ReferenceTrainer
+    trainer: Trainer  # VectorisedTrainer or ReferenceTrainer
     local: LocalSGD
     participation: float
     generator: torch.Generator

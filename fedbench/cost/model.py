@@ -277,7 +277,7 @@ def local_steps(algorithm: dict, training: dict, shape: CellShape) -> float:
 
 
 def evaluations(training: dict) -> int:
-    """Evaluated rounds: every ``eval_every``-th and the last (:func:`fedbench.run.cell.due`)."""
+    """Evaluated rounds: every ``eval_every``-th and the last (:func:`fedbench.run.stages.due`)."""
     return math.ceil(training["rounds"] / training["eval_every"])
 
 

@@ -19,10 +19,11 @@ from fedbench.engine.batches import BatchPlan
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.numerics import FP32, Numerics
+from fedbench.engine.trainer import Trainer
 from fedbench.engine.weights import Weights
 
 
-class ReferenceTrainer:
+class ReferenceTrainer(Trainer):
     step_kind = "reference"
 
     def __init__(self, model: nn.Module, data: FederatedData, chunk_size: int | None = None, memory_mb: float | None = None,
@@ -35,10 +36,6 @@ class ReferenceTrainer:
         if self.numerics.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.data = data
-
-    @property
-    def numerics_used(self) -> dict:
-        return {**self.numerics.record(), "compiled": False, "trainer_step": self.step_kind}
 
     def train(self, start: Weights, clients: torch.Tensor, plan: BatchPlan, hp: LocalSGD, center: Weights | None = None):
         out: dict[str, list[torch.Tensor]] = {k: [] for k in start}

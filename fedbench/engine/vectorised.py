@@ -58,6 +58,7 @@ from fedbench.engine.minibatch import gather_minibatch
 from fedbench.engine.numerics import FP32, Numerics, fp32_batchnorm
 from fedbench.engine.step_args import Minibatch, StepState, sgd_update
 from fedbench.engine.step_runner import EagerFallback, StepRunner
+from fedbench.engine.trainer import Trainer
 from fedbench.engine.weights import Weights
 from fedbench.engine.memory import budget_bytes, clients_per_pass, training_bytes_per_client
 from fedbench.engine.wide_model import (
@@ -70,7 +71,7 @@ from fedbench.engine.wide_model import (
 _CPU_CHUNK_BYTES = 8 * 2**20
 
 
-class VectorisedTrainer:
+class VectorisedTrainer(Trainer):
     """Trains many clients at once; ``chunk_size`` bounds how many share one vectorised step.
 
     ``fused_mlp``: use the hand-written step for Linear/ReLU(/Dropout) stacks (on the CPU its

@@ -45,7 +45,9 @@ from fedbench.config.checks import check_entries
 from fedbench.cost.model import scored_models
 from fedbench.engine.weights import model_weights
 from fedbench.run.partition_job import build_partition
-from fedbench.run.cell import checkpoint, due, evaluate, prepare, resume, train_round, write
+from fedbench.run.job import cell_job
+from fedbench.run.outputs import write
+from fedbench.run.stages import checkpoint, due, evaluate, prepare, resume, train_round
 from fedbench.registry.plugins import PluginError, load_plugin, load_plugins
 
 PROPERTIES = ("deterministic", "resume", "checkpoint", "test_rows", "ignored_training", "scoring")
@@ -170,7 +172,7 @@ def trajectory(config: dict, partition: Path, out: Path, stop_after: int | None 
     """Run the contract's cell as ``run_cell`` does (resuming from a checkpoint in ``out`` if there is
     one), recording the state after every round; ``stop_after``: end after that round's checkpoint as a
     killed job would; ``poison``: first replace every test row's features and labels."""
-    run = prepare(config, CELL, partition, out)
+    run = prepare(cell_job(config, CELL), partition, out)
     if poison:
         poison_test_rows(run.fed.data)
     progress = resume(run, run.algorithm.init(run.fed, model_weights(run.fed.model)))

@@ -32,7 +32,9 @@ from fedbench.results.claims import claim_algorithms, claim_cells, evaluated_cla
 from fedbench.results.papers import (
     GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category,
 )
-from fedbench.tuning.trials import trial_config
+from fedbench.run.job import cell_job
+from fedbench.run.reuse import same_numbers
+from fedbench.tuning.trials import apply_setting, trial_config
 
 # The figures an algorithm may declare (``figures=`` at registration), drawn from the first seed's runs:
 # for each, the rule that draws it, the file name's suffix (that rule's ``figure`` wildcard) and the report
@@ -314,14 +316,35 @@ class WorkflowPlan:
         """``runtime`` (minutes) of a training job: the safety factor x the estimate x the attempt."""
         return runtime_minutes(self.train_cost(wildcards, input), attempt)
 
-    def training_job(self, kind: str, wildcards, input) -> dict:
-        """What a training job of ``kind`` (train, trial, tuned) is given: its cell and trial, and the device it
-        trains on with the reason (:meth:`job_device`).  Derived from the job's inputs, so not a rerun trigger."""
+    def _run_config(self, kind: str, wildcards, input) -> dict:
+        """The config a ``kind`` run trains under: a trial's setting, or the one tuning chose (``chosen.json``,
+        read once it exists: Snakemake evaluates the job's params again when its inputs are there)."""
         w = wildcards
-        cell = Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))
+        if kind == "trial":
+            return trial_config(self.config, w.experiment, w.algorithm, int(w.trial))
+        if kind == "tuned":
+            with open(input.chosen) as f:
+                return apply_setting(self.config, w.experiment, w.algorithm, json.load(f)["setting"])
+        return self.config
+
+    def training_job(self, kind: str, wildcards, input) -> dict:
+        """The job a training rule of ``kind`` (train, trial, tuned) gives its script (:class:`fedbench.run.job.CellJob`,
+        as params): the cell resolved under its trial's or chosen setting, the device it trains on and why
+        (:meth:`job_device`).  Derived from the job's inputs, so not a rerun trigger."""
+        cell = self._cell(wildcards)
         device, reason = self.job_device(cell, input.summary)
-        return {"kind": kind, "cell": dataclasses.asdict(cell), "trial": int(w.trial) if kind == "trial" else None,
-                "device": device, "device_reason": reason}
+        return cell_job(self._run_config(kind, wildcards, input), cell, device, reason).as_params()
+
+    def reusable_run(self, wildcards, input) -> str | None:
+        """For a tuned run: the paper-setting run of its cell and seed where tuning chose a setting with the same
+        numbers (:func:`fedbench.run.reuse.same_numbers`); the job copies it if it finished with the code now."""
+        cell = self._cell(wildcards)
+        tuned = resolve_cell(self._run_config("tuned", wildcards, input), cell)
+        return Run("train", cell).directory(self.results) if same_numbers(resolve_cell(self.config, cell), tuned) else None
+
+    @staticmethod
+    def _cell(w) -> Cell:
+        return Cell(w.experiment, w.dataset, w.partition, w.model, w.algorithm, int(w.seed))
 
     def job_device(self, cell: Cell, summary_path: str) -> tuple[str, str]:
         """The device a training job trains on and why: ``cpu``/``cuda[:N]`` as the config names it; under ``auto``

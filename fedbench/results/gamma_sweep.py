@@ -9,7 +9,7 @@ A, Ã = [A < γ] (:func:`~fedbench.clustering.fcr.threshold_adjacency`) and HC(�
 (:func:`~fedbench.clustering.fcr.hierarchical_clusters`, Ward on Ã's rows, C as the entry's
 ``clusters``; none or ``auto``: chosen by HC), scored against the partition's ground-truth
 clusters: ARI of HC's clusters, the graph's density and its share of links across ground-truth
-groups (:func:`~fedbench.run.cell.adjacency_scores`, the numbers each run records at its own γ).
+groups (:func:`~fedbench.run.scoring.adjacency_scores`, the numbers each run records at its own γ).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def graph_sweep(centres_2d: np.ndarray, truth, gammas=GAMMAS, num_clusters: int 
     ties, which scipy breaks in client order, so HC returns blocks of consecutive client ids, and
     where the partition numbers clients by cluster (FLT's scenarios) that would score ARI = 1
     for a graph that says nothing."""
-    from fedbench.run.cell import adjacency_scores  # heavy import (torch), only where a sweep is run
+    from fedbench.run.scoring import adjacency_scores  # heavy import (torch), only where a sweep is run
 
     truth = None if truth is None else np.asarray(truth)
     rows = []

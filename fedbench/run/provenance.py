@@ -5,7 +5,7 @@ Every ``metrics.json`` (and every partition's ``.json`` and encoder's ``.pt``) r
 version, the git commit of the repository (and whether its work tree had uncommitted
 changes), and a hash of the code that ran it: the fedbench modules the job runs, found by
 following the imports of its entry point and of the builders its config entry names (a cell:
-``fedbench.run.cell`` + its algorithm's, model's and dataset source's modules; a partition:
+``fedbench.run.stages`` + its algorithm's, model's and dataset source's modules; a partition:
 ``fedbench.data.partition`` + its partitioner's and dataset source's modules; an encoder:
 ``fedbench.algorithms.flt_encoders`` + its dataset source's module).  A builder from a plugin
 (:mod:`fedbench.registry.plugins`) is hashed the same way: its module and the modules of its own package it
@@ -145,7 +145,7 @@ def cell_roots(spec: dict) -> list[str]:
     from fedbench.models import MODELS
 
     return [
-        "fedbench.run.cell",
+        "fedbench.run.stages",
         ALGORITHMS[spec["algorithm"]["method"]].__module__,
         MODELS[spec["model"]["arch"]].__module__,
         DATASETS[spec["dataset"]["source"]].__module__,

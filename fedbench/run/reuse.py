@@ -15,19 +15,28 @@ RUN_FILES = ("history.csv", "clients.csv", "metrics.json")
 """The files a finished run leaves (metrics.json written last)."""
 
 
+def same_numbers(paper_spec: dict, tuned_spec: dict) -> bool:
+    """Whether a tuned run would compute the paper-setting run's numbers: every setting they depend on is the
+    same (:func:`fedbench.config.cells.results_settings`; same seed and code given)."""
+    return results_settings(tuned_spec) == results_settings(paper_spec)
+
+
+def finished_with_current_code(run: Path, spec: dict) -> bool:
+    """Whether the run directory ``run`` holds a finished run of ``spec`` whose recorded provenance is the code now."""
+    if not all((run / name).exists() for name in RUN_FILES):
+        return False
+    recorded = json.loads((run / "metrics.json").read_text()).get("provenance")
+    return changed_files(recorded, cell_roots(spec), CELL_SCRIPTS) == []
+
+
 def reusable_paper_run(config: dict, chosen_config: dict, cell: Cell) -> Path | None:
     """The paper-setting run of ``cell`` where tuning chose the configured setting: the run directory
-    when ``chosen_config`` gives the cell the same settings as ``config`` (every setting its numbers
-    depend on) and that run has finished with the code now (its recorded provenance unchanged), so a
-    tuned run would compute the same numbers (same seed, same settings, same code); else None."""
+    when ``chosen_config`` gives the cell the same settings as ``config`` (:func:`same_numbers`) and that
+    run has finished with the code now (:func:`finished_with_current_code`); else None."""
     spec = resolve_cell(config, cell)
-    if results_settings(resolve_cell(chosen_config, cell)) != results_settings(spec):
-        return None
     run = Path(cell.run_dir(config.get("results", "results")))
-    if not all((run / name).exists() for name in RUN_FILES):
-        return None
-    recorded = json.loads((run / "metrics.json").read_text()).get("provenance")
-    return run if changed_files(recorded, cell_roots(spec), CELL_SCRIPTS) == [] else None
+    reusable = same_numbers(spec, resolve_cell(chosen_config, cell)) and finished_with_current_code(run, spec)
+    return run if reusable else None
 
 
 def copy_run(source: Path, out_dir: Path) -> None:

@@ -28,10 +28,10 @@ TAG_GROUPS = {  # history column prefix -> TensorBoard section, so that the dash
 }
 
 
-def tensorboard_dir(config: dict, out: str | Path, code_hash: str) -> Path:
+def tensorboard_dir(results: str | Path, out: str | Path, code_hash: str) -> Path:
     """Where a cell's TensorBoard run goes: ``<results>/tensorboard/<out relative to results>/<hash>``;
     a run directory outside ``results`` (a test's) gets ``<out>/tensorboard/<hash>``."""
-    results, out = Path(config.get("results", "results")), Path(out)
+    results, out = Path(results), Path(out)
     try:
         relative = out.resolve().relative_to(results.resolve())
     except ValueError:

@@ -30,7 +30,7 @@ MOVED = {
     "fedbench.checkpoint": "fedbench.run.checkpoint",
     "fedbench.provenance": "fedbench.run.provenance",
     "fedbench.tracking": "fedbench.run.tracking",
-    "fedbench.pipeline": "fedbench.run.cell",
+    "fedbench.pipeline": "fedbench.run.stages",
     "fedbench.contract": "fedbench.extension.contract",
     "fedbench.scaffold": "fedbench.extension.scaffold",
     "fedbench.plan": "fedbench.planning.validate",

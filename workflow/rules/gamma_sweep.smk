@@ -7,7 +7,7 @@ rule gamma_sweep_figure:
     input:
         metrics=PLAN.gamma_sweep_runs,
         partitions=PLAN.gamma_sweep_partitions,
-        code=PLAN.library_sources("fedbench/results/**/*.py", "fedbench/clustering/*.py", "fedbench/run/cell.py", "workflow/scripts/gamma_sweep.py", "workflow/scripts/common.py"),
+        code=PLAN.library_sources("fedbench/results/**/*.py", "fedbench/clustering/*.py", "fedbench/run/scoring.py", "workflow/scripts/gamma_sweep.py", "workflow/scripts/common.py"),
     output:
         png=report(
             f"{RESULTS}/figures/gamma/{{experiment}}/{{dataset}}_{{partition}}_{{model}}.png",

@@ -9,11 +9,12 @@ It runs ``snakemake --cores 1`` for one cell's metrics.json in a scratch copy of
 profile hook in every Python process (``sitecustomize``): a call counts when one of its arguments
 carries the parameter -- a config (a dict with ``experiments``), a cell spec (a dict whose
 ``training`` has ``lr``), a training dict (``lr`` itself) or an object holding such a spec -- and
-its code is the library's (``fedbench/``), outside the plan-wide validation that checks every cell
-before any job (``validate_config``).  The path is the sequence of those
-calls' modules, repeated neighbours collapsed; a *return* is a step into a module the path already
-left; a *climb* is a step into a higher layer (tests/test_architecture.py's map; workflow files are
-above every layer).  Measured before and after issue 54 in reports/architecture.md."""
+its code is the library's (``fedbench/``), from the training rule's evaluation for this job (not what
+the workflow computes for every job while it reads its files: the validation, the list of jobs) until the
+job builds ``LocalSGD``.  The path is the sequence of those calls' modules, repeated
+neighbours collapsed; over its distinct steps (a step repeated every round counts once), a *return* is a
+step back into a module the path already entered, a *climb* a step into a higher layer
+(tests/test_architecture.py's map).  Measured before and after issue 54 in reports/architecture.md."""
 
 from __future__ import annotations
 
@@ -43,16 +44,22 @@ def _carries(value, depth=0):
     spec = getattr(value, "spec", None) if depth == 0 and not isinstance(value, (str, bytes, int, float)) else None
     return isinstance(spec, dict) and _carries(spec, 1)
 
+_stopped = []
+
 def _profile(frame, event, arg):
-    if event != "call":
+    if event != "call" or _stopped:
         return
     path = frame.f_code.co_filename
+    if frame.f_code.co_name == "__init__" and type(frame.f_locals.get("self")).__name__ == "LocalSGD":
+        _calls.append(("fedbench/engine/local_sgd.py", "LocalSGD"))  # the engine: where the learning rate arrives
+        _stopped.append(True)
+        return
     if not path.startswith(_repo + "fedbench/"):
         return
     names = frame.f_code.co_varnames[: frame.f_code.co_argcount + frame.f_code.co_kwonlyargcount]
     caller = frame
-    while caller is not None:  # the plan-wide validation checks every cell: not this parameter's path
-        if caller.f_code.co_name == "validate_config":
+    while caller is not None:  # what the workflow does for every job when it reads its files: not this job's path
+        if caller.f_code.co_name == "<module>" and caller.f_code.co_filename.endswith((".smk", "Snakefile")):
             return
         caller = caller.f_back
     try:
@@ -90,16 +97,19 @@ def layer(module: str, layers: dict[str, int]) -> int:
 
 
 def summarise(path: list[str], layers: dict[str, int]) -> dict:
+    """Counts over the path's distinct steps (a step from one module to another, counted once however often it
+    repeats, e.g. once per round): the modules, the steps back into a module the path had already entered
+    (*returns*) and the steps up the layers (*climbs*); and the module entered most often."""
     collapsed = [m for i, m in enumerate(path) if i == 0 or m != path[i - 1]]
-    seen, returns, climbs = set(), 0, 0
-    for i, module in enumerate(collapsed):
-        if i and module in seen:
-            returns += 1
-        if i and layer(module, layers) > layer(collapsed[i - 1], layers):
-            climbs += 1
+    seen, steps, returns, climbs = set(collapsed[:1]), set(), 0, 0
+    for previous, module in zip(collapsed, collapsed[1:]):
+        if (previous, module) not in steps:
+            steps.add((previous, module))
+            returns += module in seen
+            climbs += layer(module, layers) > layer(previous, layers)
         seen.add(module)
     visits = {m: collapsed.count(m) for m in seen}
-    return {"modules": len(seen), "steps": len(collapsed), "returns": returns, "climbs": climbs,
+    return {"modules": len(seen), "steps": len(steps), "returns": returns, "climbs": climbs,
             "most_entered": max(visits.items(), key=lambda kv: kv[1]), "path": collapsed}
 
 
@@ -122,6 +132,8 @@ def main(argv=None) -> int:
            "FEDBENCH_TRACE_OUT": str(out), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"results={results}", "--",
                f"{results}/{args.target}"]
+    inputs = [*command[:-2], "--until", "partition", "--", f"{results}/{args.target}"]  # the partition first, untraced
+    subprocess.run(inputs, cwd=repo, env={**env, "PYTHONPATH": str(repo)}, capture_output=True, check=True)
     done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
     if done.returncode:
         print(done.stderr[-3000:], file=sys.stderr)
@@ -131,8 +143,8 @@ def main(argv=None) -> int:
     for trace in sorted(traces, key=lambda p: int(p.stem)):  # the main process has the lowest pid
         calls += json.loads(trace.read_text())
     summary = summarise([module_of(path) for path, _ in calls], test_architecture.LAYERS)
-    print(f"{summary['modules']} modules, {summary['steps']} steps, {summary['returns']} returns to a module already "
-          f"left, {summary['climbs']} climbs up the layers; most entered: {summary['most_entered'][0]} "
+    print(f"{summary['modules']} modules, {summary['steps']} distinct steps, {summary['returns']} returns to a module "
+          f"already entered, {summary['climbs']} climbs up the layers; most entered: {summary['most_entered'][0]} "
           f"({summary['most_entered'][1]} times)")
     print(" -> ".join(summary["path"]))
     if not args.keep:

@@ -82,10 +82,10 @@ GPU_LOSES_SMALL = {"job_overhead_s": 60, "safety_factor": 2.0,
 def test_device_auto_trains_where_the_cost_model_says_faster(tmp_path, partition, monkeypatch):
     """``device: auto`` with CUDA: a tiny MLP cell goes to the CPU (4 rounds x 5 s on the GPU), a big
     ResNet-9 cell to the GPU; the choice and its reason go into metrics.json."""
-    import fedbench.cost.model as cost
+    import fedbench.cost.rates as rates
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cost, "throughputs", lambda path=None: GPU_LOSES_SMALL)
+    monkeypatch.setattr(rates, "throughputs", lambda path=None: GPU_LOSES_SMALL)
     config = {**CONFIG, "device": "auto"}
     metrics = run_cell(config, Cell("tiny", "digits", "dir", "mlp", "local", 0), partition, tmp_path)
     assert metrics["device"] == "cpu" and json.loads((tmp_path / "metrics.json").read_text())["device"] == "cpu"

@@ -42,7 +42,7 @@ from fedbench.registry.algorithms import ALGORITHMS
 from fedbench.run.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.config.cells import Cell
 from fedbench.config.checks import check_entries
-from fedbench.cost.model import scored_models
+from fedbench.cost.work import scored_models
 from fedbench.engine.weights import model_weights
 from fedbench.run.partition_job import build_partition
 from fedbench.run.cell import checkpoint, due, evaluate, prepare, resume, train_round, write

@@ -29,7 +29,7 @@ import numpy as np
 import yaml
 from scipy.optimize import nnls
 
-from fedbench.cost.model import OVERHEADS, overhead
+from fedbench.cost.rates import OVERHEADS, overhead
 
 FIT_ORDER = ("job_overhead_s", "step_overhead_s", "round_overhead_s", "eval_overhead_s")
 SHORT = {"job": "job_overhead_s", "step": "step_overhead_s", "round": "round_overhead_s", "eval": "eval_overhead_s"}

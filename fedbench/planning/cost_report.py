@@ -59,7 +59,7 @@ from fedbench.planning import cost_fit
 from fedbench.config.cells import (
     TRAINING_DEFAULTS, Cell, expand_cells, expand_partitions, partition_stem, resolve_cell,
 )
-from fedbench.cost.model import (
+from fedbench.cost import (
     OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs,
 )
 from fedbench.engine.numerics import Numerics

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedbench.config.cells import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, resolve_cell
-from fedbench.cost.model import cell_cost, device_kind
+from fedbench.cost import cell_cost, device_kind
 from fedbench.planning.cost_report import ADDED_SEEDS, cell_shape, planned_jobs
 from fedbench.data.sources import missing_files
 

@@ -6,7 +6,7 @@ validation) rows of random N(0, 1) inputs of the family's shape is built as the 
 one (the trainer and the minibatch-gradient oracle with the setting's ``Numerics``); the
 algorithm's ``init``, ``--warmup`` untimed rounds, then ``--repeats`` timed ``round`` calls
 (median).  FLOP/s count the cost model's training FLOPs of a round
-(:func:`fedbench.cost.model.local_samples` x :func:`fedbench.cost.model.training_clients` x the model's FLOPs per sample: for
+(:func:`fedbench.cost.work.local_samples` x :func:`fedbench.cost.work.training_clients` x the model's FLOPs per sample: for
 FeMAM every level of its structure, so early rounds, which train fewer levels, are overcounted).
 One CSV row (``--csv``, appended) and one JSON line.
 
@@ -35,7 +35,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from fedbench.algorithms import ALGORITHMS, Federation  # noqa: E402
 from fedbench.config.cells import TRAINING_DEFAULTS  # noqa: E402
-from fedbench.cost.model import local_samples, training_clients  # noqa: E402
+from fedbench.cost.work import local_samples, training_clients  # noqa: E402
+from fedbench.cost.workload import declared_workload  # noqa: E402
 from fedbench.engine.device import resolve_device  # noqa: E402
 from fedbench.engine.federated_data import ClientIndex, FederatedData  # noqa: E402
 from fedbench.engine.local_sgd import LocalSGD  # noqa: E402
@@ -43,7 +44,7 @@ from fedbench.engine.numerics import Numerics  # noqa: E402
 from fedbench.engine.vectorised import VectorisedTrainer  # noqa: E402
 from fedbench.engine.weights import model_weights  # noqa: E402
 from fedbench.models import build_model  # noqa: E402
-from fedbench.cost.workload import CellShape, model_cost  # noqa: E402
+from fedbench.cost import CellShape, model_cost  # noqa: E402
 from throughputs import FAMILIES  # noqa: E402
 
 COLUMNS = ["when", "device", "algorithm", "family", "setting", "clients", "samples", "batch", "ms_per_round",
@@ -91,7 +92,8 @@ def federation(args, device, numerics) -> tuple[Federation, dict, float]:
     cell = CellShape(num_clients=c, train_samples=c * n, eval_samples=2 * c * t, largest_client=n, input_shape=shape,
                      num_classes=classes, dataset_samples=c * rows)
     entry = json.loads(args.algorithm)
-    flops = training_clients(entry, training, cell) * local_samples(entry, training, cell) * model_cost(spec, shape, classes).train_flops
+    workload = declared_workload(entry, training)
+    flops = training_clients(workload, training, cell) * local_samples(workload, training, cell) * model_cost(spec, shape, classes).train_flops
     return fed, entry, flops
 
 

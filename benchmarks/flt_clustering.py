@@ -18,7 +18,7 @@ Three steps that FLOPs of the model do not count, each timed through the library
 The rows are drawn around 10 planted centres (a client's labels), the models around 5 (the clusters), so
 that k-means iterates about as it does on real data.  Process CPU time, one thread, the median of
 ``--repeats``.  Prints the YAML to put under ``cpu:`` in ``config/throughputs.yaml`` (``flt_clustering:``;
-:func:`fedbench.cost.model.clustering_seconds`).
+:func:`fedbench.cost.server.clustering_seconds`).
 
     python benchmarks/flt_clustering.py                  # 20 clients x 600 rows, 100 models
 """

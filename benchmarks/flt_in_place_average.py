@@ -4,7 +4,7 @@ FLT's released code, and FedSEM as that code runs it, average the clients' model
 another, each new w_m read by the clients after it (``aggregation: in_place``,
 :func:`fedbench.algorithms.flt.neighbour_average`): per round and floating tensor every one of the M
 clients' rows is a float64 product of its M weights with all M rows, 2 M^2 P multiply-adds over the
-model's P entries, whatever the graph.  The cost model (:func:`fedbench.cost.model.server_average_seconds`)
+model's P entries, whatever the graph.  The cost model (:func:`fedbench.cost.server.server_average_seconds`)
 charges it at the rate measured here: M clients of FLT's 784-200-10 MLP, a graph of 5 cliques, process
 CPU time (one thread unless ``--threads``), the median of ``--repeats``.  Prints the YAML to put under
 the device in ``config/throughputs.yaml``.

@@ -3,7 +3,7 @@
 FLT (Algorithm 2) embeds every client's training images with the ConvAE's encoder, after fine-tuning
 each client's own copy of the whole autoencoder for ``finetune_epochs`` epochs (Enc2; Adam 1e-3,
 batch 64).  Both scale with the training rows and, for the fine-tuning, the epochs, so the cost model
-(:func:`fedbench.cost.model.relatedness_seconds`) prices them per sample from two figures measured here
+(:func:`fedbench.cost.server.relatedness_seconds`) prices them per sample from two figures measured here
 through the library's own :func:`fedbench.algorithms.flt_encoders.embed_clients`:
 
 * ``encode_s``: seconds per image embedded (``finetune_epochs=0``, one shared encoder);

@@ -8,7 +8,7 @@ channels_last, cuDNN autotuning, compilation: ``fedbench.engine.numerics.Numeric
 other than ``fp32`` that ran ``ok`` becomes ``<device>.families.<family>.settings.<setting>`` in
 ``config/throughputs.yaml``: its training rate (``train``, FLOP/s), ``ms_per_round`` and where it was
 ``measured``; a setting measured twice keeps its fastest row.  The cost model trains a cell whose
-``training`` asks for that setting at that rate (``fedbench.cost.model.setting_rate``), and
+``training`` asks for that setting at that rate (``fedbench.cost.rates.setting_rate``), and
 ``python -m fedbench.planning.cost_report --numerics SETTING`` estimates a whole grid so.  ``fp32`` rows are left
 out: a family's own figure (``benchmarks/throughputs.py``) is its fp32 run, with evaluation measured
 too.  A family the table does not have on the device is refused (measure its fp32 figure first).
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from fedbench.cost.model import THROUGHPUTS, device_kind  # noqa: E402
+from fedbench.cost import THROUGHPUTS, device_kind  # noqa: E402
 from fedbench.engine.numerics import Numerics  # noqa: E402
 from throughputs import write_table  # noqa: E402
 

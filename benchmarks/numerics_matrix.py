@@ -6,7 +6,7 @@ Each setting is the training settings ``precision`` (fp32 | tf32 | bf16), ``chan
 ``bf16+cl``, ``bf16+cl+bench+compile``, ...  For each: a fresh trainer on the same data and weights,
 ``--warmup`` untimed rounds (compilation, CUDA-graph capture, cuDNN autotuning), then ``--repeats``
 timed rounds; the median gives ms/round and the training FLOP/s (the cost model's FLOPs per sample,
-:func:`fedbench.cost.workload.model_cost`, times the samples a round trains, as ``throughputs.py``
+:func:`fedbench.cost.model_flops.model_cost`, times the samples a round trains, as ``throughputs.py``
 counts them).  A setting that fails is a row with its error; the next one still runs.  ``--budget-s``:
 no setting starts after that many seconds (rows not started are logged as skipped).
 ``--start-at``: after the warm-up, wait until this Unix time before timing (to overlap the timed
@@ -47,7 +47,7 @@ from fedbench.engine.numerics import Numerics  # noqa: E402
 from fedbench.engine.vectorised import VectorisedTrainer  # noqa: E402
 from fedbench.engine.weights import broadcast, model_weights  # noqa: E402
 from fedbench.models import build_model  # noqa: E402
-from fedbench.cost.workload import model_cost  # noqa: E402
+from fedbench.cost import model_cost  # noqa: E402
 from throughputs import FAMILIES, SIZES  # noqa: E402
 
 COLUMNS = ["when", "device", "family", "setting", "precision", "channels_last", "cudnn_benchmark", "compile", "compiled",

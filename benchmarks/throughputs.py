@@ -4,7 +4,7 @@ For each family (MLP, FedAvg CNN, LEAF CNN, LeNet, ResNet-9, ResNet-20, VGG-16) 
 ``benchmarks/engine_round.py`` (vectorised engine vs reference loop vs DataLoader loop, training
 and evaluation, interleaved, medians) at a size, converts the vectorised engine's times into
 FLOP/s with the model's FLOPs per sample (``fedbench.cost.model_cost``), and writes them under the
-device's ``families`` in ``config/throughputs.yaml`` (the file ``fedbench.cost.model`` reads), with the
+device's ``families`` in ``config/throughputs.yaml`` (the file ``fedbench.cost.rates`` reads), with the
 setting, the date and the speed-ups.  ``--size paper`` is the papers' client counts (for a GPU:
 ``make bench-gpu``), ``cpu`` a few clients (what a shared CPU measures in minutes: ``make
 bench-cpu``), ``tiny`` the smallest run (tests; its figures mean nothing and it never writes
@@ -16,7 +16,9 @@ unless ``--output`` names a file).
     python benchmarks/throughputs.py --device cpu --size tiny --families mlp --output /tmp/t.yaml
     python benchmarks/throughputs.py --device cuda --size paper --families resnet9 --image-size 64   # Tiny ImageNet
 
-The cost model keys a convolutional family's figure by input resolution (``fedbench.cost.model.family_rate``):
+The families are the models' registrations' (``MODELS.register(name, family=..., benchmark_input=...)``,
+:mod:`fedbench.cost.families`): each family's benchmark model at its declared input.
+The cost model keys a convolutional family's figure by input resolution (``fedbench.cost.rates.family_rate``):
 every entry records its ``input``; ``--image-size N`` measures at N x N and writes ``<family>@NxN``
 beside the family's own figure (a cell at a resolution without a figure is estimated from the
 nearest one and reported uncalibrated).
@@ -36,10 +38,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fedbench.cost.model import BENCHMARK_ARCHS, BENCHMARK_INPUTS, FLAT_FAMILIES, THROUGHPUTS, device_kind, model_cost  # noqa: E402
+from fedbench.cost import THROUGHPUTS, device_kind, model_cost  # noqa: E402
+from fedbench.cost.families import family_benchmarks  # noqa: E402
 
-# family -> (engine_round --model, input shape, classes); the cost model maps architectures to these
-FAMILIES = {family: (BENCHMARK_ARCHS.get(family, family), shape, 10) for family, shape in BENCHMARK_INPUTS.items()}
+# family -> (engine_round --model, input shape, classes): the model each family's registration benchmarks it with
+BENCHMARKS = family_benchmarks()
+FAMILIES = {family: (benchmark.arch, benchmark.input_shape, 10) for family, benchmark in BENCHMARKS.items()}
 # size -> family -> (clients, samples per client, batch, test samples per client, repeats, warm-up)
 SIZES = {
     # the papers' settings: FedAvg's 20 clients x 600 at batch 10 (MLP, CNNs), FeMAM's 50 x 900 at
@@ -77,7 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def input_shape(family: str, image_size: int | None) -> tuple[int, ...]:
     """The input ``family`` is measured at: the benchmark's, or N x N images (``--image-size``)."""
     shape = FAMILIES[family][1]
-    return shape if image_size is None or family in FLAT_FAMILIES else (shape[0], image_size, image_size)
+    return shape if image_size is None or BENCHMARKS[family].flat else (shape[0], image_size, image_size)
 
 
 def numerics_flags(args) -> list[str]:
@@ -97,7 +101,7 @@ def run_family(family: str, size: str, device: str, threads: int | None, skip: s
                "--eval", "--test-samples", str(test), "--repeats", str(repeats), "--warmup", str(warmup)]
     command += ["--threads", str(threads)] if threads else []
     command += ["--skip", skip] if skip else []
-    command += ["--image-size", str(image_size)] if image_size and family not in FLAT_FAMILIES else []
+    command += ["--image-size", str(image_size)] if image_size and not BENCHMARKS[family].flat else []
     command += list(extra) + (["--clock", clock] if clock != "wall" else [])
     process = subprocess.run(command, capture_output=True, text=True, check=False)
     if process.returncode != 0:

@@ -2,7 +2,7 @@
 finished before it stay fresh for ``make stale``::
 
     python scripts/record_code_ledger.py --before f15767b --note "issue 54: ..." \\
-        --move fedbench/cost.py=fedbench/cost/model.py,fedbench/cost/shape.py ...
+        --move fedbench/cost.py=fedbench/cost/estimate.py,fedbench/cost/shape.py ...
 
 It hashes every code file provenance can record (``fedbench/**/*.py``, ``workflow/scripts/*.py``) at commit
 ``--before`` (from git) and in the work tree now, and takes where each removed file went from git's rename

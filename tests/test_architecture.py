@@ -144,7 +144,7 @@ def test_the_checks_see_through_functions_and_relative_imports(tmp_path):
     modules = module_files()
     assert imports("fedbench.mod", source, modules) == {"fedbench.run.stages", "fedbench.util.threads"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert layer("fedbench.planning.cost_report") == 7 and layer("fedbench.cost.model") == 3 and layer("fedbench.data.vision") == 1
+    assert layer("fedbench.planning.cost_report") == 7 and layer("fedbench.cost.estimate") == 3 and layer("fedbench.data.vision") == 1
 
 
 def test_config_loads_the_algorithms_only_when_it_looks_one_up():

@@ -3,7 +3,7 @@ contract catching deliberately broken ones.
 
 The default run checks a representative subset (FedAvg; FedAvg+, scored with fine-tuned models;
 IFCA, cluster models in its state; Ditto, personal models; pFedMe, which declares ignored
-training settings); ``pytest -m slow tests/test_contract.py`` checks every built-in (FLT with a
+training settings and trains every client in minibatch steps); ``pytest -m slow tests/test_contract.py`` checks every built-in (FLT with a
 freshly pretrained encoder)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fedbench.algorithms import ALGORITHMS
+from fedbench.algorithms.base import Workload
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.local import Local
 from fedbench.extension.contract import PROPERTIES, Case, ContractFailure, check_algorithm, difference
@@ -116,6 +117,41 @@ class _ClaimsOneModelForEveryone(Local):
     scored_models = "global"  # but each client keeps its own model: the cost model would count too few rows
 
 
+@dataclass(frozen=True)
+class _ClaimsEveryClientTrains(FedAvg):
+    @classmethod
+    def workload(cls, params, training):  # but only the sampled 3 of 4 do
+        return Workload(local_passes=training["local_epochs"], every_client_trains=True)
+
+
+@dataclass(frozen=True)
+class _ClaimsTwoPasses(FedAvg):
+    @classmethod
+    def workload(cls, params, training):  # but its clients run local_epochs passes
+        return Workload(local_passes=2 * training["local_epochs"])
+
+
+@dataclass(frozen=True)
+class _ClaimsStepsOfOneBatch(FedAvg):
+    local_steps: int = 2  # plain SGD steps, one minibatch each
+
+    @classmethod
+    def workload(cls, params, training):  # but counts 2 batches a step
+        return Workload(local_steps=2, batches_per_step=2)
+
+
+@dataclass(frozen=True)
+class _FineTunesUndeclared(FedAvg):
+    finetune_epochs: int = 1  # every client fine-tunes before scoring; FedAvg's declaration reads no such entry
+
+
+@dataclass(frozen=True)
+class _DeclaresNoWorkload(FedAvg):
+    @classmethod
+    def workload(cls, params, training):
+        return {"local_passes": 1}
+
+
 def _register(name, cls):
     def build() -> cls:
         return cls()
@@ -130,6 +166,11 @@ def _register(name, cls):
     (_ReadsWhatItIgnores, "ignored_training"),
     (_ScoresWithTheTrainingStream, "scoring"),
     (_ClaimsOneModelForEveryone, "scoring"),
+    (_ClaimsEveryClientTrains, "workload"),
+    (_ClaimsTwoPasses, "workload"),
+    (_ClaimsStepsOfOneBatch, "workload"),
+    (_FineTunesUndeclared, "workload"),
+    (_DeclaresNoWorkload, "workload"),
 ])
 def test_the_contract_fails_a_broken_algorithm(cls, broken, tmp_path):
     """Each broken algorithm fails the property it breaks, with a message saying where, and passes the

@@ -9,9 +9,12 @@ import yaml
 
 from fedbench.config.cells import TRAINING_DEFAULTS, ConfigError
 from fedbench.planning.validate import check_config
-from fedbench.cost.model import (
-    CellShape, cell_cost, cell_work, choose_device, clustering_seconds, estimated_shape, evaluation_finetune, family_rate, femam_schedule, local_passes, local_samples, frozen_levels, model_cost, relatedness_seconds, runtime_minutes, scored_rows, server_average_seconds, summary_shape,
-)
+from fedbench.algorithms.femam_rules import earliest_schedule
+from fedbench.cost import CellShape, cell_cost, choose_device, estimated_shape, model_cost, runtime_minutes, summary_shape
+from fedbench.cost.rates import family_rate
+from fedbench.cost.server import clustering_seconds, relatedness_seconds, server_average_seconds
+from fedbench.cost.work import cell_work, evaluation_finetune, local_samples, scored_models, scored_rows
+from fedbench.cost.workload import declared_workload
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.cost.memory import check_one_client_fits
 
@@ -134,29 +137,31 @@ def test_plus_variants_fine_tune_every_client_at_each_evaluation_by_hand():
     assert cost.steps == fedavg.steps + 2 * 3 * 4
     # with the partition's client sizes, the padded rows (batch 32: 40 -> 64, 160 -> 160) and the largest's batches
     sized = CellShape(2, 200, 40, 160, (4,), 3, 240, client_sizes=(40, 160))
-    assert evaluation_finetune(plus, spec(batch_size=32)["training"], sized, padded=True) == (2 * 2 * 3 * (64 + 160) / 2, 2 * 3 * 5)
-    assert evaluation_finetune({"method": "flt", "encoder": "e", "finetune_epochs": 5}, spec()["training"], SHAPE) == (0.0, 0.0)
+    training = spec(batch_size=32)["training"]
+    assert evaluation_finetune(declared_workload(plus, training), training, sized, padded=True) == (2 * 2 * 3 * (64 + 160) / 2, 2 * 3 * 5)
+    flt = {"method": "flt", "encoder": "e", "finetune_epochs": 5}  # FLT's fine-tuning is its relatedness step's
+    assert evaluation_finetune(declared_workload(flt, training), training, SHAPE) == (0.0, 0.0)
 
 
 def test_local_passes_of_the_algorithms():
     training = {**TRAINING_DEFAULTS, "local_epochs": 2, "batch_size": 20}
-    assert local_passes({"method": "fedavg"}, training) == 2
-    assert local_passes({"method": "ditto"}, training) == 4  # global and personal model
-    assert local_passes({"method": "fedrep", "head_epochs": 2, "body_epochs": 3}, training) == 5
-    assert local_passes({"method": "femam"}, training) == 2  # only the newest level trains
-    assert local_passes({"method": "femam", "structure": ["global", "personal"]}, training) == 2
+    assert declared_workload({"method": "fedavg"}, training).local_passes == 2
+    assert declared_workload({"method": "ditto"}, training).local_passes == 4  # global and personal model
+    assert declared_workload({"method": "fedrep", "head_epochs": 2, "body_epochs": 3}, training).local_passes == 5
+    assert declared_workload({"method": "femam"}, training).local_passes == 2  # only the newest level trains
+    assert declared_workload({"method": "femam", "structure": ["global", "personal"]}, training).local_passes == 2
     # step-counted: pFedMe's 20 local x 5 inner steps of batch 20; pFedMT's 30 team x 20 local iterations
     # at the mean client's 15 rows (150 samples over 10 clients: the batch of 20 is capped at 15)
-    assert local_samples({"method": "pfedme", "local_steps": 20, "inner_steps": 5}, training, SHAPE) == 20 * 5 * 20
+    assert local_samples(declared_workload({"method": "pfedme", "local_steps": 20, "inner_steps": 5}, training), training, SHAPE) == 20 * 5 * 20
     # pFedMe's defaults count where the entry leaves them out: inner_steps 5 (FeMAM's pfedme sets only local_steps)
-    assert local_samples({"method": "pfedme", "local_steps": 56}, training, SHAPE) == 56 * 5 * 20
-    assert local_samples({"method": "pfedme"}, training, SHAPE) == 20 * 5 * 20  # local_steps 20 by default
-    assert local_samples({"method": "fedavg", "local_steps": 7}, training, SHAPE) == 7 * 20
-    assert local_samples({"method": "fedavg"}, training, SHAPE) == 2 * 100  # epochs: local_steps None
-    assert local_samples({"method": "perfedavg", "local_steps": 3}, training, SHAPE) == 3 * 2 * 20  # two batches a step
+    assert local_samples(declared_workload({"method": "pfedme", "local_steps": 56}, training), training, SHAPE) == 56 * 5 * 20
+    assert local_samples(declared_workload({"method": "pfedme"}, training), training, SHAPE) == 20 * 5 * 20  # local_steps 20 by default
+    assert local_samples(declared_workload({"method": "fedavg", "local_steps": 7}, training), training, SHAPE) == 7 * 20
+    assert local_samples(declared_workload({"method": "fedavg"}, training), training, SHAPE) == 2 * 100  # epochs: local_steps None
+    assert local_samples(declared_workload({"method": "perfedavg", "local_steps": 3}, training), training, SHAPE) == 3 * 2 * 20  # two batches a step
     small = CellShape(10, 150, 20, 30, (4,), 3, 170)
-    assert local_samples({"method": "pfedmt", "team_iterations": 30, "local_iterations": 20}, training, small) == 30 * 20 * 15
-    assert local_samples({"method": "ditto"}, training, SHAPE) == 4 * 100  # 4 passes over the mean client's 100
+    assert local_samples(declared_workload({"method": "pfedmt", "team_iterations": 30, "local_iterations": 20}, training), training, small) == 30 * 20 * 15
+    assert local_samples(declared_workload({"method": "ditto"}, training), training, SHAPE) == 4 * 100  # 4 passes over the mean client's 100
 
 
 def test_estimated_shape_from_the_dataset_facts():
@@ -198,7 +203,7 @@ def test_a_budget_too_small_stops_the_config_before_any_job():
 
 def test_cost_command_counts_the_jobs_and_marks_uncalibrated_gpu_figures(tmp_path, capsys, monkeypatch):
     import fedbench.planning.cost_report as cost_report
-    from fedbench.cost.model import throughputs
+    from fedbench.cost import throughputs
 
     config_file = Path(__file__).parent / "data" / "tiny_config.yaml"
     measured = throughputs()
@@ -223,9 +228,11 @@ def test_femam_trains_only_its_newest_level_by_hand():
     # 3 levels, init_rounds 4, window 2, 10 rounds: level 1 trains rounds 1-4, level 2 rounds 5-6,
     # level 3 rounds 7-10 (the earliest schedule, exact for a test that fires as soon as it may)
     femam = {"method": "femam", "structure": ["global", "cluster", "personal"], "init_rounds": 4, "window": 2}
-    assert femam_schedule(femam, 10) == [4, 2, 4]
-    assert frozen_levels(femam, 10) == 2 and frozen_levels(femam, 4) == 0  # levels 1 and 2 freeze; in 4 rounds none
-    assert femam_schedule({"method": "femam"}, 700) == [400, 50, 50, 50, 150]  # the paper's 5 levels
+    assert earliest_schedule(3, 10, init_rounds=4, window=2) == [4, 2, 4]
+    frozen = {rounds: declared_workload(femam, {**TRAINING_DEFAULTS, "rounds": rounds}).frozen_levels for rounds in (10, 4)}
+    assert frozen == {10: 2, 4: 0}  # levels 1 and 2 freeze; in 4 rounds none
+    assert earliest_schedule(5, 700, init_rounds=400, window=50) == [400, 50, 50, 50, 150]  # the paper's 5 levels
+    assert declared_workload({"method": "femam"}, {**TRAINING_DEFAULTS, "rounds": 700}).frozen_levels == 4  # its defaults
     # training: 10 rounds x 0.5 x 10 clients x 2 epochs (newest level only, not x 3 levels) x 100 samples
     # = 10,000 samples, each the newest level's forward + backward (48), and each of the 2 frozen levels'
     # forward (24) once per training row (its logits kept): 480,000 + 2 x 1000 x 24 = 528,000;
@@ -285,26 +292,26 @@ def test_evaluation_counts_each_distinct_model_once_over_its_clients_shared_test
     shape = summary_shape(summary)
     assert (shape.eval_samples, shape.shared_eval_samples, shape.dataset_samples) == (145, 75, 40 + 75)
     training = spec()["training"]
-    assert scored_rows({"method": "fedavg"}, training, shape) == 75 + 75
-    assert scored_rows({"method": "ifca", "num_clusters": 2}, training, shape) == 75 + 75
-    assert scored_rows({"method": "local"}, training, shape) == 145 + 75
-    assert scored_rows({"method": "fedavg_plus", "finetune_epochs": 1}, training, shape) == 145 + 75
-    assert scored_rows({"method": "fedavg"}, {**training, "bn_aggregation": "local"}, shape) == 145 + 75
-    assert scored_rows({"method": "not_loaded_plugin"}, training, shape) == 145 + 75
+    assert scored_rows(scored_models({"method": "fedavg"}, training), shape) == 75 + 75
+    assert scored_rows(scored_models({"method": "ifca", "num_clusters": 2}, training), shape) == 75 + 75
+    assert scored_rows(scored_models({"method": "local"}, training), shape) == 145 + 75
+    assert scored_rows(scored_models({"method": "fedavg_plus", "finetune_epochs": 1}, training), shape) == 145 + 75
+    assert scored_rows(scored_models({"method": "fedavg"}, {**training, "bn_aggregation": "local"}), shape) == 145 + 75
+    assert scored_rows(scored_models({"method": "not_loaded_plugin"}, training), shape) == 145 + 75
     # FLT (and PCA+kM+HC) in case II score a model per cluster when the server averages all members at once;
     # the authors' in-place loop leaves every client its own model, inside a cluster too (test_flt.py's FedSEM
     # case: a, a1 / b, b3, b4), and so does case I, where each client averages its own neighbours
     # (test_flt.py's neighbour average: 1.5, 11/4, 10/3): every client's rows are scored, as FedSEM as FLT's code
     flt = {"method": "flt", "encoder": "e"}
-    assert scored_rows({**flt, "clusters": 2}, training, shape) == 75 + 75
-    assert scored_rows({"method": "pca_km_hc"}, training, shape) == 75 + 75  # case II, C = 3 by default
-    assert scored_rows(flt, training, shape) == 145 + 75
-    assert scored_rows({**flt, "clusters": 2, "aggregation": "in_place"}, training, shape) == 145 + 75
-    assert scored_rows({"method": "pca_km_hc", "aggregation": "in_place"}, training, shape) == 145 + 75
-    assert scored_rows({"method": "fesem_flt"}, training, shape) == 145 + 75
+    assert scored_rows(scored_models({**flt, "clusters": 2}, training), shape) == 75 + 75
+    assert scored_rows(scored_models({"method": "pca_km_hc"}, training), shape) == 75 + 75  # case II, C = 3 by default
+    assert scored_rows(scored_models(flt, training), shape) == 145 + 75
+    assert scored_rows(scored_models({**flt, "clusters": 2, "aggregation": "in_place"}, training), shape) == 145 + 75
+    assert scored_rows(scored_models({"method": "pca_km_hc", "aggregation": "in_place"}, training), shape) == 145 + 75
+    assert scored_rows(scored_models({"method": "fesem_flt"}, training), shape) == 145 + 75
     # no shared test rows: every method twice the clients' rows, as before
     unshared = summary_shape({**summary, "shared_parts": []})
-    assert unshared.shared_eval_samples is None and scored_rows({"method": "fedavg"}, training, unshared) == 2 * 145
+    assert unshared.shared_eval_samples is None and scored_rows(scored_models({"method": "fedavg"}, training), unshared) == 2 * 145
     # 2 evaluations of FedAvg (10 rounds, every 5th): (75 + 75) x 2 + 40 training rows x 2, x 24 FLOPs
     assert cell_work(spec(), shape)[1] == (2 * 150 + 2 * 40) * 24
 
@@ -325,7 +332,7 @@ def test_a_cell_trains_at_its_numerics_settings_measured_rate_and_evaluates_at_f
 
 def test_the_cost_command_estimates_a_grid_at_another_numerics_setting(capsys, monkeypatch):
     import fedbench.planning.cost_report as cost_report
-    from fedbench.cost.model import throughputs
+    from fedbench.cost import throughputs
 
     config = yaml.safe_load((Path(__file__).parent / "data" / "tiny_config.yaml").read_text())
     measured = throughputs()

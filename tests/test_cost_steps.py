@@ -5,9 +5,10 @@ evaluation (config/throughputs.yaml's ``*_overhead_s``)."""
 import pytest
 
 from fedbench.config.cells import TRAINING_DEFAULTS
-from fedbench.cost.model import (
-    CellShape, cell_cost, cell_work, counted_steps, evaluations, expected_max, local_samples, local_steps, overhead, training_clients,
-)
+from fedbench.cost import CellShape, cell_cost
+from fedbench.cost.rates import overhead
+from fedbench.cost.work import cell_work, counted_steps, evaluations, expected_max, local_samples, local_steps, training_clients
+from fedbench.cost.workload import declared_workload
 
 MLR = {"arch": "mlr"}  # Linear(4, 3): 48 FLOPs a trained sample, 24 a scored one
 # five clients of 10, 20, 30, 40 and 100 training samples (mean 40); at batch 25 they take 1, 1, 2, 2
@@ -33,38 +34,39 @@ def test_expected_largest_of_the_sampled_clients_by_enumeration():
 
 def test_local_steps_of_a_round_per_algorithm_by_hand():
     # FedAvg: 2 epochs x E[the batches of the largest of the round's round(0.4 x 5) = 2 clients] = 2 x 2.7
-    assert local_steps({"method": "fedavg"}, TRAINING, SHAPE) == pytest.approx(5.4)
-    assert local_steps({"method": "fedavg"}, TRAINING, ESTIMATED) == 2 * 2  # ceil(40 / 25) without the sizes
+    assert local_steps(declared_workload({"method": "fedavg"}, TRAINING), TRAINING, SHAPE) == pytest.approx(5.4)
+    assert local_steps(declared_workload({"method": "fedavg"}, TRAINING), TRAINING, ESTIMATED) == 2 * 2  # ceil(40 / 25) without the sizes
     # FedAvg as pFedMe runs it: local_steps plain steps
-    assert local_steps({"method": "fedavg", "local_steps": 20}, TRAINING, SHAPE) == 20
+    assert local_steps(declared_workload({"method": "fedavg", "local_steps": 20}, TRAINING), TRAINING, SHAPE) == 20
     # pFedMe: local_steps x inner_steps, its defaults 20 x 5
-    assert local_steps({"method": "pfedme"}, TRAINING, SHAPE) == 100
-    assert local_steps({"method": "pfedme", "local_steps": 8, "inner_steps": 3}, TRAINING, SHAPE) == 24
+    assert local_steps(declared_workload({"method": "pfedme"}, TRAINING), TRAINING, SHAPE) == 100
+    assert local_steps(declared_workload({"method": "pfedme", "local_steps": 8, "inner_steps": 3}, TRAINING), TRAINING, SHAPE) == 24
     # Per-FedAvg: two batches a local step, default 20 local steps
-    assert local_steps({"method": "perfedavg"}, TRAINING, SHAPE) == 40
+    assert local_steps(declared_workload({"method": "perfedavg"}, TRAINING), TRAINING, SHAPE) == 40
     # pFedMT: team_iterations x local_iterations, default 30 x 20
-    assert local_steps({"method": "pfedmt"}, TRAINING, SHAPE) == 600
-    assert counted_steps({"method": "pfedmt", "team_iterations": 2, "local_iterations": 3}) == 6
+    assert local_steps(declared_workload({"method": "pfedmt"}, TRAINING), TRAINING, SHAPE) == 600
+    assert counted_steps(declared_workload({"method": "pfedmt", "team_iterations": 2, "local_iterations": 3}, TRAINING)) == 6
     # FeMAM (everyone takes part at participation 1): its newest level's 2 epochs x the largest client's 4 batches
     femam = {"method": "femam", "structure": ["global", "cluster", "personal"], "init_rounds": 4, "window": 2}
-    assert local_steps(femam, {**TRAINING, "participation": 1.0}, SHAPE) == 2 * 4
+    everyone = {**TRAINING, "participation": 1.0}
+    assert local_steps(declared_workload(femam, everyone), everyone, SHAPE) == 2 * 4
     # Ditto trains two models: twice the epochs
-    assert local_steps({"method": "ditto"}, TRAINING, SHAPE) == pytest.approx(2 * 2 * 2.7)
+    assert local_steps(declared_workload({"method": "ditto"}, TRAINING), TRAINING, SHAPE) == pytest.approx(2 * 2 * 2.7)
     assert evaluations(TRAINING) == 2 and evaluations({**TRAINING, "eval_every": 3}) == 4  # rounds 3, 6, 9, 10
 
 
 def test_padded_batches_and_the_clients_that_train_by_hand():
     # the vectorised engine computes a short last batch at full length: 2 epochs x 50 rows, not 2 x 40
-    assert local_samples({"method": "fedavg"}, TRAINING, SHAPE, padded=True) == 100
-    assert local_samples({"method": "fedavg"}, TRAINING, SHAPE) == 80
-    assert local_samples({"method": "fedavg"}, TRAINING, ESTIMATED, padded=True) == 80  # no sizes: unpadded
+    assert local_samples(declared_workload({"method": "fedavg"}, TRAINING), TRAINING, SHAPE, padded=True) == 100
+    assert local_samples(declared_workload({"method": "fedavg"}, TRAINING), TRAINING, SHAPE) == 80
+    assert local_samples(declared_workload({"method": "fedavg"}, TRAINING), TRAINING, ESTIMATED, padded=True) == 80  # no sizes: unpadded
     # FedAvg: 10 rounds x 2 clients x 100 rows x 48 FLOPs; the reference engine: 80 real rows
     assert cell_work(spec({"method": "fedavg"}), SHAPE)[0] == 10 * 2 * 100 * 48 == 96_000
     assert cell_work(spec({"method": "fedavg"}, engine="reference"), SHAPE)[0] == 10 * 2 * 80 * 48
     # pFedMe and pFedMT train every client each round (the sampled ones only aggregate); Per-FedAvg the sampled
-    assert training_clients({"method": "pfedme"}, TRAINING, SHAPE) == 5
-    assert training_clients({"method": "pfedmt"}, TRAINING, SHAPE) == 5
-    assert training_clients({"method": "perfedavg"}, TRAINING, SHAPE) == 2
+    assert training_clients(declared_workload({"method": "pfedme"}, TRAINING), TRAINING, SHAPE) == 5
+    assert training_clients(declared_workload({"method": "pfedmt"}, TRAINING), TRAINING, SHAPE) == 5
+    assert training_clients(declared_workload({"method": "perfedavg"}, TRAINING), TRAINING, SHAPE) == 2
     # pFedMe: 10 rounds x 5 clients x 100 steps x min(25, 40) rows x 48 FLOPs
     assert cell_work(spec({"method": "pfedme"}), SHAPE)[0] == 10 * 5 * 100 * 25 * 48
     # pFedMT: 10 rounds x 5 clients x 600 steps x 25 rows x 48

@@ -52,7 +52,7 @@ def test_the_pages_python_runs_and_its_config_validates(capsys):
             del sys.modules[module.__name__]
     printed = capsys.readouterr().out.splitlines()
     assert printed == [f"fedavgm: {p}: pass" for p in ("deterministic", "resume", "checkpoint", "test_rows")] + [
-        "fedavgm: ignored_training: pass (declares none)", "fedavgm: scoring: pass"]
+        "fedavgm: ignored_training: pass (declares none)", "fedavgm: scoring: pass", "fedavgm: workload: pass"]
 
 
 def test_the_pages_package_layout_is_every_package_at_its_docstrings_layer():

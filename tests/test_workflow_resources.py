@@ -22,7 +22,7 @@ import yaml
 from test_workflow import REPO, TINY_CONFIG, planned_jobs, snakemake, write_config
 
 from fedbench.config.cells import Cell, resolve_cell
-from fedbench.cost.model import cell_cost, runtime_minutes, summary_shape
+from fedbench.cost import cell_cost, runtime_minutes, summary_shape
 
 
 def two_experiments() -> dict:

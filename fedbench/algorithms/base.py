@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from fedbench.registry.algorithms import ALGORITHMS, PlanContext, returned_class
+from fedbench.cost.workload import Clustering, Workload, sampled_local_epochs  # noqa: F401  (Clustering, Workload: what a plugin declares)
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients, client_buffers
 from fedbench.engine.federated_data import FederatedData
@@ -201,6 +202,7 @@ class Algorithm:
     replaces by its own parameter, ``replaced_training``, or sets to the value the algorithm uses
     anyway, ``harmless_training``), ``keeps_local_bn`` (honours ``training.bn_aggregation``) and
     ``scored_models`` (one model for every client, one per cluster, or one each: what evaluation costs).
+    What a run of it computes, the cost model reads from the :meth:`workload` it declares.
     Its own cross-entry rules (the plan hook :meth:`check_plan`) are checked when the config is.
     """
 
@@ -210,8 +212,18 @@ class Algorithm:
     keeps_local_bn: ClassVar[bool] = False
     # the models ``client_models`` scores the clients with: "global" (one for every client), "cluster" (one per
     # cluster), "client" (one each); the evaluation scores each distinct model once over its clients' distinct
-    # rows, and the cost model counts the rows so (fedbench.cost.model.scored_rows)
+    # rows, and the cost model counts the rows so (fedbench.cost.work.scored_rows)
     scored_models: ClassVar[str] = "client"
+
+    @classmethod
+    def workload(cls, params: Mapping[str, Any], training: Mapping[str, Any]) -> Workload:
+        """Declaration, called on the class: what a run with the entry's ``params`` (the builder's
+        defaults filled in) and the experiment's ``training`` computes, as the cost model counts it
+        (:class:`~fedbench.cost.workload.Workload`: the clients that train in a round and how much, and
+        what else the run computes).  Default: FedAvg's (McMahan et al. 2017, Algorithm 1), the round's
+        sampled clients, ``local_epochs`` passes each, nothing else.  The contract's ``workload``
+        property checks it against the clients and samples the algorithm trains."""
+        return sampled_local_epochs(training)
 
     def check_plan(self, plan: PlanContext) -> str | None:
         """Plan hook: what makes this entry wrong in ``plan`` (its experiment's training, its
@@ -302,6 +314,7 @@ TRUTH_HOOKS = ("planted_clusters",)  # run hooks called with what the ground tru
 PLAN_HOOKS = ("check_plan",)  # called by the config's checks with a PlanContext, not during a run
 TRAFFIC_HOOKS = ("communication",)  # called by the pipeline after every round with the state before and after it
 RESULT_HOOKS = ("history_note",)  # static or class methods the results layer calls with a run's outputs
+DECLARATIONS = ("workload",)  # class methods the cost model calls with an entry's parameters, before any run
 CAPABILITIES = ("ignored_training", "replaced_training", "harmless_training", "keeps_local_bn", "ignored_settings")
 
 
@@ -315,11 +328,13 @@ def check_algorithm_builder(name: str, builder) -> None:
     missing = [m for m in REQUIRED if getattr(cls, m) is getattr(Algorithm, m)]
     if missing:
         raise TypeError(f"algorithm {name!r} ({cls.__name__}) does not implement {', '.join(missing)}")
-    on_instance = [h for h in RESULT_HOOKS if not isinstance(inspect.getattr_static(cls, h), (staticmethod, classmethod))]
+    on_instance = [h for h in RESULT_HOOKS + DECLARATIONS
+                   if not isinstance(inspect.getattr_static(cls, h), (staticmethod, classmethod))]
     if on_instance:
         raise TypeError(f"algorithm {name!r} ({cls.__name__}): {', '.join(on_instance)} is called on the class; "
                         "make it a staticmethod or classmethod")
-    declared = set(REQUIRED) | set(HOOKS) | set(TRAFFIC_HOOKS) | set(TRUTH_HOOKS) | set(PLAN_HOOKS) | set(RESULT_HOOKS) | set(CAPABILITIES)
+    declared = (set(REQUIRED) | set(HOOKS) | set(TRAFFIC_HOOKS) | set(TRUTH_HOOKS) | set(PLAN_HOOKS) | set(RESULT_HOOKS)
+                | set(DECLARATIONS) | set(CAPABILITIES))
     for attribute, value in vars(cls).items():
         if attribute.startswith("_") or attribute in declared or not callable(value) and not isinstance(value, property):
             continue

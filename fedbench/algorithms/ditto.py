@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
 from fedbench.registry.search_space import LogRange
 
@@ -19,6 +19,12 @@ from fedbench.registry.search_space import LogRange
 @dataclass(frozen=True)
 class Ditto(Algorithm):
     lam: float = 0.1
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """Every sampled client trains E epochs of the global model and E of its personal model (Li et al.
+        2021, Algorithm 1: the global update, then the personal one): 2 E passes a round."""
+        return Workload(local_passes=2 * training["local_epochs"])
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "personal": broadcast(initial, fed.num_clients)}

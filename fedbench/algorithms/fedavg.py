@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, shared
 from fedbench.registry.search_space import LogRange
@@ -45,6 +45,16 @@ class FedAvg(Algorithm):
         why = f"fedavg with local_steps={self.local_steps} runs that many plain SGD minibatch steps"
         return {"local_epochs": f"{why}, not epochs", "momentum": f"{why}, without momentum",
                 "channels_last": f"{why}: its minibatch-gradient oracle {VMAP}"}
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """The sampled clients train E = ``local_epochs`` epochs (McMahan et al. 2017, Algorithm 1; FedProx,
+        Li et al. 2020, Algorithm 2, the same passes), or ``local_steps`` plain minibatch steps (the pFedMe
+        code's FedAvg); FedAvg+ (FeMAM Sec. 5.1): every client fine-tunes ``finetune_epochs`` epochs before
+        each evaluation."""
+        steps = params.get("local_steps") or 0
+        return Workload(local_passes=0.0 if steps else training["local_epochs"], local_steps=steps,
+                        evaluation_finetune_epochs=params.get("finetune_epochs", 0))
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "local": fed.local_state(initial)}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.algorithms.partial import frozen_copy, train_module, trainer_for
 from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
@@ -40,6 +40,12 @@ class FedRep(Algorithm):
             frozen = [n for n in parameter_names(fed.model) if n not in head] if part == "head" else head
             self._trainers[key] = (fed.data, trainer_for(fed, frozen_copy(fed.model, frozen).to(fed.device)))
         return self._trainers[key][1]
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """Every sampled client trains its head ``head_epochs`` epochs, then the body ``body_epochs`` epochs
+        (Collins et al. 2021, Algorithm 1): their sum in passes a round."""
+        return Workload(local_passes=params["head_epochs"] + params["body_epochs"])
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "heads": broadcast({k: initial[k] for k in head_names(fed)}, fed.num_clients)}

@@ -53,10 +53,11 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.algorithms.clustered import cluster_average, flat, fresh_weights
 from fedbench.algorithms.femam_rules import (
-    CLUSTER_FIT, CONVERGENCE, FEATURES, PRUNING, cluster_features, converged, keep_eq9, keep_window, kmeans_groups,
+    CLUSTER_FIT, CONVERGENCE, FEATURES, PRUNING, cluster_features, converged, earliest_schedule, keep_eq9, keep_window,
+    kmeans_groups,
 )
 from fedbench.algorithms.partial import train_module, trainer_for
 from fedbench.engine.evaluate import evaluate_clients
@@ -120,6 +121,18 @@ class FeMAM(Algorithm):
                              f"{self.num_clusters}, {self.window}, {self.init_rounds}")
         if self.lam < 0 or self.threshold <= 0:
             raise ValueError(f"FeMAM needs lam >= 0 and threshold > 0; got {self.lam}, {self.threshold}")
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """Only the newest level trains, E epochs a round (Sec. 3.4, Eq. 8); the clients counted as the sampled
+        ones (FeMAM's grids take every client, participation 1, as Algorithm 1).  Every level frozen within the
+        run's rounds (all but the last that trains in :func:`~fedbench.algorithms.femam_rules.earliest_schedule`,
+        an upper bound) runs one forward per row, once: its logits are kept (:mod:`fedbench.engine.frozen_levels`)."""
+        rounds = training["rounds"]
+        schedule = earliest_schedule(len(params["structure"]), rounds, init_rounds=params["init_rounds"],
+                                     window=params["window"])
+        frozen = max(0, sum(n > 0 for n in schedule) - 1) if rounds >= 1 else 0
+        return Workload(local_passes=training["local_epochs"], frozen_levels=frozen)
 
     # ---- modules ---------------------------------------------------------------------------
 

@@ -36,6 +36,16 @@ def converged(
     return float(np.std(np.asarray(val_loss[-window:]))) < threshold
 
 
+def earliest_schedule(levels: int, rounds: int, *, init_rounds: int, window: int) -> list[int]:
+    """Rounds each of ``levels`` levels trains in the earliest schedule :func:`converged` allows: the first
+    level until round max(``init_rounds``, ``window``), every later one ``window`` rounds (the test needs
+    ``window`` rounds of the level), the last level the rest of ``rounds``.  Exact when the test fires as
+    soon as it may (the offline analogues' huge ``threshold``); otherwise levels come later."""
+    first = max(init_rounds, window)
+    ends = [min(first + level * window, rounds) for level in range(levels - 1)] + [rounds]
+    return [end - start for start, end in zip([0, *ends[:-1]], ends)]
+
+
 def keep_eq9(loss_without: np.ndarray, loss_with: np.ndarray, epsilon: float) -> np.ndarray:
     """Eq. (9): a client keeps the newest level unless it lowers its validation loss by <= epsilon,
     i.e. keeps iff loss_without - loss_with > epsilon."""

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.algorithms.clustered import (
     assignment_frame,
     cluster_average,
@@ -74,6 +74,12 @@ class FeSEM(Algorithm):
         if self.centre_init not in ("clients", "random"):
             raise ValueError(f"FeSEM init must be 'clients' or 'random', not {self.centre_init!r}")
         distances(torch.zeros(1, 1), torch.zeros(1, 1), self.distance)  # validates the name
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """The sampled clients train E epochs from their centre's model (Xie et al., Algorithm 1, Eq. 9); FeSEM+
+        (FeMAM Sec. 5.1): every client fine-tunes ``finetune_epochs`` epochs before each evaluation."""
+        return Workload(local_passes=training["local_epochs"], evaluation_finetune_epochs=params["finetune_epochs"])
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         centres = None

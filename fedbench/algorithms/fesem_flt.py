@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Clustering, Federation, Workload
 from fedbench.algorithms.clustered import assignment_frame
 from fedbench.algorithms.flt import AGGREGATIONS, neighbour_average
 from fedbench.engine.weights import Weights, broadcast, parameter_names, put_rows, rows
@@ -64,6 +64,15 @@ class FeSEMFLTCode(Algorithm):
             raise ValueError(f"state must be one of {STATES}, got {self.state!r}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """FLT's code (docs/original_code_notes.md §4.4): the sampled clients train E epochs, then every round
+        k-means of all M clients' flattened models; ``aggregation: in_place`` averages the clients one after
+        another, so that every client ends with a model of its own."""
+        in_place = params["aggregation"] == "in_place"
+        return Workload(local_passes=training["local_epochs"], clustering=Clustering(model_kmeans=True),
+                        in_place_average=in_place, own_models=in_place)
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"clients": broadcast(initial, fed.num_clients), "centres": None, "assign": None, "history": []}

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Clustering, Federation, Workload
 from fedbench.clustering.fcr import code_client_order, cut_linkage, fcr, pca_signatures, relatedness
 from fedbench.algorithms.flt_encoders import embed_clients, load_encoder
 from fedbench.engine.traffic import Traffic, weights_bytes
@@ -59,6 +59,8 @@ RANDOM_STATES = ("run", "code")
 UMAP_FITS = ("fit_transform", "transform")
 UMAP_ORDERS = ("clients", "code")
 CODE_UNCLUSTERED_K = 5  # the code's nr_of_embedding_clusters where the data have no planted clusters (FEMNIST)
+GROUND_TRUTH_K_BOUND = 5  # the most labels a planted cluster of FLT's scenarios holds (Structured FEMNIST's)
+KMEANS_RESTARTS = 10  # k-means restarts (n_init) of the signatures: scikit-learn's default when the code was written
 
 
 def ground_truth_k(fed: Federation) -> int:
@@ -152,7 +154,7 @@ class FLT(Algorithm):
     random_state: str = "run"  # "code": KMeans 43, UMAP 42 (the released code)
     umap_fit: str = "fit_transform"  # "transform": fit on all centres, transform each client's (the code)
     umap_order: str = "clients"  # "code": the code's shuffled client order for UMAP's fit
-    n_init: int | str = 10  # k-means restarts (10: scikit-learn's default when the code was written)
+    n_init: int | str = KMEANS_RESTARTS
 
     def __post_init__(self):
         for name, choices in (("cluster_average", CLUSTER_AVERAGES), ("aggregation", AGGREGATIONS),
@@ -195,6 +197,25 @@ class FLT(Algorithm):
         return {"adjacency": result.adjacency, "clusters": result.clusters, "distances": result.distances,
                 "linkage": result.linkage, "signature_bytes": np.asarray([np.asarray(c).nbytes for c in centres], dtype=np.int64),
                 "encoder_bytes": 0}
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """The sampled clients train E epochs (Algorithm 3); once, the relatedness step (Algorithm 2): FLT's
+        signatures embed every client's training rows with the encoder after ``finetune_epochs`` epochs of its
+        own fine-tuning (Enc2), k-means into k centres each (lines 10-12; ``k: ground_truth`` counted at
+        :data:`GROUND_TRUTH_K_BOUND`) and UMAP of all centres (line 16); PCA+kM+HC's a PCA of every client's
+        rows, then its k-means.  The authors' in-place average (``aggregation: in_place``) every round; every
+        client keeps a model of its own under it, or in case I (``clusters: null``: each averages its own
+        neighbours under Ã; counted per client, an upper bound)."""
+        encoder = "encoder" in params  # FLT's signatures; PCA+kM+HC's take the rows' principal components
+        n_init = params.get("n_init", KMEANS_RESTARTS)
+        in_place = params["aggregation"] == "in_place"
+        clustering = Clustering(signature_centres=params["k"] if isinstance(params["k"], int) else GROUND_TRUTH_K_BOUND,
+                                restarts=1 if n_init == "auto" else int(n_init), signature_pca=not encoder,
+                                centres_umap=encoder)
+        return Workload(local_passes=training["local_epochs"], clustering=clustering, in_place_average=in_place,
+                        relatedness_finetune_epochs=params["finetune_epochs"] if encoder else None,
+                        own_models=in_place or params["clusters"] is None)
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"clients": broadcast(initial, fed.num_clients), **self.relatedness(fed)}
@@ -289,7 +310,7 @@ def flt(
     random_state: str = "run",
     umap_fit: str = "fit_transform",
     umap_order: str = "clients",
-    n_init: int | str = 10,
+    n_init: int | str = KMEANS_RESTARTS,
 ) -> FLT:
     """FLT (Algorithms 2-3).  Paper defaults: k = 5, ``distance: min`` (min over centre pairs),
     case II averaging ``cluster_average: all`` members, UMAP's fitted embedding in client order,

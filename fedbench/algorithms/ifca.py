@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.algorithms.clustered import (
     assignment_frame,
     cluster_average,
@@ -68,6 +68,14 @@ class IFCA(Algorithm):
             seed = fed.seed * 1000 + j
             models.append(fresh_weights(fed, seed) if random else perturbed(base, self.perturb, seed))
         return stack(models)
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """The sampled clients train E epochs from their cluster's model; after the ``warmup_rounds`` each first
+        scores all C = ``num_clusters`` models on its training rows to choose one (Ghosh et al. 2020,
+        Algorithm 1, cluster identity estimation)."""
+        return Workload(local_passes=training["local_epochs"], choice_models=params["num_clusters"],
+                        choice_rounds=max(0, training["rounds"] - params["warmup_rounds"]))
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         centres = None if self.warmup_rounds else self._centres_from(fed, initial, self.centre_init == "random")

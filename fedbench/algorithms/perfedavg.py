@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, parameter_names
 from fedbench.registry.search_space import Relative
@@ -50,6 +50,12 @@ class PerFedAvg(Algorithm):
     }
     replaced_training = {"local_epochs": "local_steps"}  # an entry setting local_steps counts its work in steps knowingly
     harmless_training = {"momentum": 0.0, "channels_last": False}  # what it does anyway
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """Every sampled client runs ``local_steps`` local steps, each on two fresh minibatches D, D' (Fallah et
+        al. 2020, Algorithm 1 with the first-order approximation of Sec. 4)."""
+        return Workload(local_steps=params["local_steps"], batches_per_step=2)
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial}

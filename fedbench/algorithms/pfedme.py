@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.traffic import Traffic
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows
@@ -67,6 +67,12 @@ class PFedMe(Algorithm):
     }
     replaced_training = {"local_epochs": "local_steps"}  # an entry setting local_steps counts its work in steps knowingly
     harmless_training = {"momentum": 0.0, "channels_last": False}  # what it does anyway
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """Every client (not only the sampled ones, as the authors' code) runs R = ``local_steps`` local rounds
+        of K = ``inner_steps`` gradient steps on one minibatch each (Dinh et al. 2020, Algorithm 1, Eq. 7-8)."""
+        return Workload(every_client_trains=True, local_steps=params["local_steps"] * params["inner_steps"])
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "personal": broadcast(initial, fed.num_clients)}

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.weights import Weights, broadcast, parameter_names, weighted_average
 from fedbench.registry.search_space import Relative
@@ -262,6 +262,12 @@ class PFedMT(Algorithm):
             raise ValueError(f"global_step must be one of {GLOBAL_STEPS}, got {self.global_step!r}")
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
+
+    @classmethod
+    def workload(cls, params, training) -> Workload:
+        """Every device of every team takes part every round: K = ``team_iterations`` team iterations of
+        L = ``local_iterations`` minibatch steps each (Algorithm 1 lines 6-9, Eq. 10)."""
+        return Workload(every_client_trains=True, local_steps=params["team_iterations"] * params["local_iterations"])
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {"global": initial, "personal": broadcast(initial, fed.num_clients)}  # theta_ij = w_i^{0,0} = x^0

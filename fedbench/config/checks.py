@@ -298,7 +298,7 @@ def _check_memory_budgets(config: dict) -> None:
     Checked at the mean client's size (the largest client is at least that large; the rule's
     resources check the partition's real largest client once it exists)."""
     from fedbench.cost.memory import check_one_client_fits
-    from fedbench.cost.model import estimated_shape
+    from fedbench.cost import estimated_shape
     from fedbench.engine.memory import MemoryBudgetError
 
     device = config.get("device", "auto")

@@ -23,7 +23,8 @@ import torch
 
 from fedbench.engine.batches import effective_batch
 from fedbench.engine.memory import DEFAULT_CPU_BUDGET_MB, MemoryBudgetError, format_mb, training_bytes_per_client
-from fedbench.cost.workload import CellShape, model_cost
+from fedbench.cost.model_flops import model_cost
+from fedbench.cost.shape import CellShape
 
 PROCESS_MB = 2000
 CLIENT_MODEL_COPIES = 3

@@ -73,9 +73,16 @@ def _femnist_splits(root: Path, shards: Sequence[int] | None) -> list[list[Path]
     return splits
 
 
+FEMNIST_SHARDS = 35  # LEAF's FEMNIST: 805,263 samples of 3,550 writers in 35 shards (all_data_<k>_*.json)
+FEMNIST_SAMPLES_PER_WRITER = 227
+FEMNIST_WRITERS_PER_SHARD = 3550 / 35
+
+
 @DATASETS.register(
     "femnist", bounds={"min_samples": ">= 0", "max_users": ">= 1", "shards": ">= 0"},
-    facts=lambda p: DatasetFacts(62, None, has_users=True, num_users=p["max_users"], input_shape=(1, 28, 28)),
+    facts=lambda p: DatasetFacts(62, None, has_users=True, num_users=p["max_users"], input_shape=(1, 28, 28),
+                                 samples_per_user=FEMNIST_SAMPLES_PER_WRITER,
+                                 expected_users=FEMNIST_WRITERS_PER_SHARD * len(p["shards"] or range(FEMNIST_SHARDS))),
     files=lambda root, p: _femnist_splits(root, p["shards"]),
 )
 def load_femnist(root: Path = Path("data"), *, min_samples: int = 0, max_users: int | None = None,

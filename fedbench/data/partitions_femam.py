@@ -326,7 +326,7 @@ def partition_femam_multilevel(
 
 def estimated_sizes(params: dict, facts) -> tuple[int, int, int] | None:
     """(train, validation, test) samples of a FeMAM partition before it exists, from the dataset's
-    registered facts (the cost model's estimate, :func:`fedbench.cost.model.estimated_shape`): the classes it
+    registered facts (the cost model's estimate, :func:`fedbench.cost.shape.estimated_shape`): the classes it
     uses (a multi-level structure may use fewer than the dataset has), ``sample_fraction`` of them,
     the official test set as test (else ``test_ratio``), and validation = half the test set
     (``val_ratio: half_test``) or ``val_ratio`` of the official training samples.  Tiny ImageNet at

@@ -63,7 +63,9 @@ class DatasetFacts:
     (and how many, where the parameters say), whether there is an official test set, and the
     shape of one sample (``input_shape``; what the cost model sizes models with before any data)
     and the official test set's size (``test_samples``, where known: what a partition that keeps
-    the official split holds out).
+    the official split holds out).  A dataset whose size depends on its files or its draws gives its
+    typical ``samples_per_user`` instead, and, where the parameters do not fix the users, the users
+    expected (``expected_users``): the cost model's size of it before a partition exists.
     Registered with the source: ``DATASETS.register(name, facts=lambda params: DatasetFacts(...))``
     where ``params`` are the entry's parameters with the source's defaults."""
 
@@ -74,6 +76,8 @@ class DatasetFacts:
     official_test: bool = True
     input_shape: tuple[int, ...] | None = None
     test_samples: int | None = None
+    samples_per_user: float | None = None
+    expected_users: float | None = None
 
 
 @DATASETS.register(
@@ -107,11 +111,14 @@ def load_digits_dataset(root=None, *, size: int = 8, test_fraction: float | None
     return ArrayDataset(x=np.ascontiguousarray(x), y=y, num_classes=10, test_mask=test_mask)
 
 
+SYNTHETIC_SAMPLES_PER_USER = 2265  # E[(floor(lognormal(4, 2)) + 50) x 5], pFedMe's sizes (max_user_samples aside)
+
+
 @DATASETS.register(
     "synthetic",
     bounds={"alpha": ">= 0", "beta": ">= 0", "num_users": ">= 1", "dimension": ">= 1", "num_classes": ">= 2", "seed": ">= 0", "max_user_samples": ">= 1"},
     facts=lambda p: DatasetFacts(p["num_classes"], None, has_users=True, num_users=p["num_users"], official_test=False,
-                                 input_shape=(p["dimension"],)),
+                                 input_shape=(p["dimension"],), samples_per_user=SYNTHETIC_SAMPLES_PER_USER),
 )
 def generate_synthetic(
     root=None,

@@ -14,7 +14,12 @@ Each property is checked on one tiny cell (:class:`Case`: 4 clients of scikit-le
 * ``scoring``: the history's scores are those of the models the algorithm says it scores
   (``client_models`` with ``scoring_model`` on each client's test rows, ``global_model`` on the
   pooled test rows, recomputed here one client at a time), and asking for them twice gives the same
-  models and draws nothing from training's random stream.
+  models and draws nothing from training's random stream;
+* ``workload``: the workload it declares (:meth:`~fedbench.algorithms.base.Algorithm.workload`) is a
+  well-typed :class:`~fedbench.cost.workload.Workload` and says what it trains: in every round the clients
+  the engine trains (every client, or the round's sampled ones), each the declared passes over its rows
+  or minibatch steps, and before an evaluation the declared fine-tuning of every client (counted where the
+  engine trains: its trainers' batch plans, its gradient oracle's steps; a round trained elsewhere is not).
 
 A property that cannot apply to an algorithm is declared exempt on its case, with the reason
 (``Case(exempt={"resume": "why"})``); the report lists it.  From a shell::
@@ -26,10 +31,12 @@ A property that cannot apply to an algorithm is declared exempt on its case, wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +49,11 @@ from fedbench.registry.algorithms import ALGORITHMS
 from fedbench.run.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.config.cells import Cell
 from fedbench.config.checks import check_entries
-from fedbench.cost.model import scored_models
+from fedbench.cost.work import scored_models
+from fedbench.cost.workload import Workload, declared_workload
+from fedbench.engine.device_gradient import MinibatchGradients
+from fedbench.engine.reference import ReferenceTrainer
+from fedbench.engine.vectorised import VectorisedTrainer
 from fedbench.engine.weights import model_weights
 from fedbench.run.partition_job import build_partition
 from fedbench.run.job import cell_job
@@ -50,7 +61,7 @@ from fedbench.run.outputs import write
 from fedbench.run.stages import checkpoint, due, evaluate, prepare, resume, train_round
 from fedbench.registry.plugins import PluginError, load_plugin, load_plugins
 
-PROPERTIES = ("deterministic", "resume", "checkpoint", "test_rows", "ignored_training", "scoring")
+PROPERTIES = ("deterministic", "resume", "checkpoint", "test_rows", "ignored_training", "scoring", "workload")
 TINY_TRAINING = {"rounds": 2, "batch_size": 16, "lr": 0.1, "participation": 0.75, "eval_every": 1, "checkpoint_every": 1}
 # a value other than the default for every training setting an algorithm may declare it ignores
 ALTERNATIVES = {"local_epochs": 2, "momentum": 0.5, "batch_size": 7, "lr": 0.05, "weight_decay": 0.001,
@@ -61,6 +72,10 @@ CELL = Cell("contract", "data", "part", "model", "algorithm", 0)
 
 class ContractFailure(AssertionError):
     """An algorithm breaks the contract; the message lists every failed property."""
+
+
+class Unchecked(str):
+    """What a property could not look at (it passes, with this said in the report)."""
 
 
 @dataclass(frozen=True)
@@ -308,6 +323,108 @@ def check_scoring(config, partition, work, whole) -> str | None:
     return None
 
 
+@dataclass
+class TrainingDone:
+    """Local training counted per client: samples through the engine's trainers, minibatch steps through its
+    gradient oracle."""
+
+    samples: Counter = field(default_factory=Counter)
+    steps: Counter = field(default_factory=Counter)
+
+    def __bool__(self) -> bool:
+        return bool(self.samples or self.steps)
+
+
+@contextlib.contextmanager
+def counted_training():
+    """A :class:`TrainingDone` counting, while the block runs, every client's local training where the engine
+    does it: each ``train(start, clients, plan, ...)`` of a trainer (the plan's epochs x the client's rows) and
+    each step or gradient of the minibatch oracle (one step for every client it is taken for); a call made
+    inside another counted one (the oracle's step through its gradient) counts once."""
+    done, depth = TrainingDone(), [0]
+
+    def counting(original, count):
+        def wrapper(self, *args, **kwargs):
+            if not depth[0]:
+                count(*args, **kwargs)
+            depth[0] += 1
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return wrapper
+
+    def planned(start, clients, plan, *rest, **kwargs):
+        for client, rows in zip(clients.tolist(), plan.counts.tolist()):
+            done.samples[client] += plan.epochs * rows
+
+    def stepped(params, batch, clients, *rest, **kwargs):
+        for client in clients.tolist():
+            done.steps[client] += 1
+
+    patched = [(VectorisedTrainer, "train", planned), (ReferenceTrainer, "train", planned),
+               (MinibatchGradients, "step", stepped), (MinibatchGradients, "__call__", stepped)]
+    originals = [(cls, name, cls.__dict__[name]) for cls, name, _ in patched]
+    for cls, name, count in patched:
+        setattr(cls, name, counting(cls.__dict__[name], count))
+    try:
+        yield done
+    finally:
+        for cls, name, original in originals:
+            setattr(cls, name, original)
+
+
+def _against(done: TrainingDone, workload: Workload, clients: Counter, rows: list[int]) -> str | None:
+    """Where ``done`` is not ``workload``'s training of ``clients`` (client -> times it is drawn in the round, a
+    client drawn twice training twice) with their training ``rows``; None: it is."""
+    trained = sorted(set(done.samples) | set(done.steps))
+    if trained != sorted(clients):
+        return f"trains clients {trained}, declares {sorted(clients)}"
+    for c, times in sorted(clients.items()):
+        drawn = f"{times} draws x " if times > 1 else ""
+        if workload.local_steps:
+            declared = times * workload.local_steps * workload.batches_per_step
+            if done.samples[c] or done.steps[c] != declared:
+                return (f"client {c} took {done.steps[c]} minibatch steps and {done.samples[c]} samples through a trainer, "
+                        f"declares {drawn}{workload.local_steps} steps x {workload.batches_per_step} batches = {declared} steps")
+        elif done.steps[c] or done.samples[c] != times * workload.local_passes * rows[c]:
+            return (f"client {c} processed {done.samples[c]} samples and {done.steps[c]} minibatch steps, declares {drawn}"
+                    f"{workload.local_passes:g} passes x {rows[c]} rows = {times * workload.local_passes * rows[c]:g} samples")
+    return None
+
+
+def check_workload(config, partition, work, whole) -> str | None:
+    try:
+        workload = declared_workload(whole.run.spec["algorithm"], whole.run.training)
+    except (TypeError, ValueError) as error:
+        return f"its workload declaration: {error}"
+    run = prepare(config, CELL, partition, work / "workload")
+    fed, rounds = run.fed, run.training["rounds"]
+    rows = fed.data.train.counts.tolist()
+    everyone = Counter(range(fed.num_clients))
+    progress = resume(run, run.algorithm.init(fed, model_weights(fed.model)))
+    uncounted = []
+    for t in range(progress.first, rounds + 1):
+        with counted_training() as done:
+            train_round(run, progress, t)
+        if not done:
+            uncounted.append(t)
+            continue
+        sampled = Counter([] if fed.sampled is None else fed.sampled.tolist())
+        if problem := _against(done, workload, everyone if workload.every_client_trains else sampled, rows):
+            return f"round {t} {problem} ({'every client' if workload.every_client_trains else 'the sampled ones'})"
+    with counted_training() as done:
+        run.algorithm.client_models(fed, progress.state, rounds)
+    tuned = {c: workload.evaluation_finetune_epochs * rows[c] for c in everyone if workload.evaluation_finetune_epochs}
+    if +done.samples != tuned:
+        return (f"scoring fine-tunes {dict(+done.samples)} samples per client, declares "
+                f"{workload.evaluation_finetune_epochs} epochs of every client's rows: {tuned}")
+    if uncounted:
+        return Unchecked(f"round{'s' if len(uncounted) > 1 else ''} {', '.join(map(str, uncounted))} "
+                         "trained outside the engine's trainers and gradient oracle: not counted")
+    return None
+
+
 @torch.no_grad()
 def _accuracy(module, weights, data, index, client) -> float:
     """Accuracy of ``module`` with ``weights`` on ``client``'s rows of ``index`` (None: every client's)."""
@@ -324,7 +441,8 @@ def _accuracy(module, weights, data, index, client) -> float:
 
 
 CHECKS = {"deterministic": check_deterministic, "resume": check_resume, "checkpoint": check_checkpoint,
-          "test_rows": check_test_rows, "ignored_training": check_ignored_training, "scoring": check_scoring}
+          "test_rows": check_test_rows, "ignored_training": check_ignored_training, "scoring": check_scoring,
+          "workload": check_workload}
 
 
 def check_algorithm(case: Case, workdir: Path | None = None, properties=PROPERTIES) -> Report:
@@ -350,7 +468,10 @@ def check_algorithm(case: Case, workdir: Path | None = None, properties=PROPERTI
             except ContractFailure as failure:
                 problem = str(failure)
             vacuous = name == "ignored_training" and not whole.run.algorithm.ignored_training
-            report.results[name] = ("fail", problem) if problem else ("pass", "declares none" if vacuous else "")
+            if isinstance(problem, Unchecked):
+                report.results[name] = ("pass", str(problem))
+            else:
+                report.results[name] = ("fail", problem) if problem else ("pass", "declares none" if vacuous else "")
     return report
 
 

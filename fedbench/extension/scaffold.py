@@ -39,20 +39,27 @@ MODULE = '''"""{title}: describe the method here (paper, equation or algorithm l
 Starting point written by ``python -m fedbench new algorithm {name}``: FedAvg whose server moves the
 global model ``server_lr`` of the way to the clients' average (server_lr = 1 is FedAvg).  Edit
 ``round`` (and the state ``init`` returns); keep everything the method needs between rounds in the
-state, which checkpoints save, and read only ``fed.data.train`` rows while training.
+state, which checkpoints save, and read only ``fed.data.train`` rows while training.  ``workload``
+declares what a round trains (the cost model sizes the method's jobs by it; the contract checks it):
+edit it with ``round``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.engine.weights import Weights, broadcast, shared
 
 
 @dataclass(frozen=True)
 class {cls}(Algorithm):
     server_lr: float
+
+    @classmethod
+    def workload(cls, params: dict, training: dict) -> Workload:
+        """The sampled clients run ``local_epochs`` epochs each, as in FedAvg."""
+        return Workload(local_passes=training["local_epochs"])
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         return {{"global": initial}}

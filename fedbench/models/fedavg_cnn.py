@@ -19,7 +19,7 @@ from fedbench.models.flt import leaf_cnn
 from fedbench.models.registry import MODELS
 
 
-@MODELS.register("fedavg_cnn")
+@MODELS.register("fedavg_cnn", family="fedavg_cnn", benchmark_input=(1, 28, 28))
 def fedavg_cnn(input_shape, num_classes, *, hidden: int = 512) -> nn.Module:
     """conv5x5(32, pad 2)-ReLU-maxpool2, conv5x5(64, pad 2)-ReLU-maxpool2, FC ``hidden``-ReLU, FC C."""
     return leaf_cnn(input_shape, num_classes, channels=(32, 64), hidden=hidden)

@@ -18,13 +18,13 @@ from fedbench.models.flt import lenet_cifar
 from fedbench.models.registry import MODELS
 
 
-@MODELS.register("fedmr_cnn")
+@MODELS.register("fedmr_cnn", family="lenet")
 def fedmr_cnn(input_shape, num_classes) -> nn.Module:
     """FedMR's released CIFAR CNN (LeNet-5 style, three FC layers); the first FC width follows the input."""
     return lenet_cifar(input_shape, num_classes, channels=(6, 16), hidden=(120, 84))
 
 
-@MODELS.register("fedmr_femnist_cnn")
+@MODELS.register("fedmr_femnist_cnn", family="leaf_cnn")
 def fedmr_femnist_cnn(input_shape, num_classes, *, hidden: int = 256) -> nn.Module:
     """FedMR's released FEMNIST CNN: conv5x5 (no padding) - maxpool2 - ReLU twice (16, 32 channels), FC 256, FC C."""
     channels, height, width = input_shape

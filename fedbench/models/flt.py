@@ -22,7 +22,7 @@ from torch import nn
 from fedbench.models.registry import MODELS
 
 
-@MODELS.register("mlp_dropout", bounds={"hidden": ">= 1", "dropout": "[0, 1)"})
+@MODELS.register("mlp_dropout", bounds={"hidden": ">= 1", "dropout": "[0, 1)"}, family="mlp")
 def mlp_dropout(input_shape, num_classes, *, hidden: int = 200, dropout: float = 0.5) -> nn.Module:
     """FLT Table 11: flatten -> Linear(d, hidden) -> Dropout(p) -> ReLU -> Linear(hidden, C)."""
     return nn.Sequential(
@@ -40,7 +40,7 @@ def _pooled(size: int, times: int) -> int:
     return size
 
 
-@MODELS.register("leaf_cnn", bounds={"channels": ">= 1", "hidden": ">= 1"})
+@MODELS.register("leaf_cnn", bounds={"channels": ">= 1", "hidden": ">= 1"}, family="leaf_cnn", benchmark_input=(1, 28, 28))
 def leaf_cnn(input_shape, num_classes, *, channels: list[int] = (32, 64), hidden: int = 2048) -> nn.Module:
     """LEAF's FEMNIST CNN (FLT Table 12, authors' ``CNNLeaf``): two conv5x5 (same padding) + ReLU +
     maxpool2 blocks, then FC ``hidden`` + ReLU and FC ``num_classes``."""
@@ -61,7 +61,9 @@ def leaf_cnn(input_shape, num_classes, *, channels: list[int] = (32, 64), hidden
     )
 
 
-@MODELS.register("lenet_cifar", bounds={"channels": ">= 1", "hidden": ">= 1"})
+# LeNet-5 (FedMR's and FLT's CNNCifar) is a family of its own: its 6- and 16-channel convolutions run at
+# about half the FedAvg CNN's FLOP/s on the CPU; benchmarked on Fashion-MNIST's shape (fedmr_claims)
+@MODELS.register("lenet_cifar", bounds={"channels": ">= 1", "hidden": ">= 1"}, family="lenet", benchmark_input=(1, 28, 28))
 def lenet_cifar(input_shape, num_classes, *, channels: list[int] = (6, 16), hidden: list[int] = (120, 84)) -> nn.Module:
     """The authors' ``CNNCifar`` (LeNet-5 style, FedAvg's CIFAR CNN): two conv5x5 (no padding) +
     ReLU + maxpool2 blocks, FC 120-ReLU, FC 84-ReLU, FC ``num_classes``."""

@@ -9,13 +9,15 @@ from torch import nn
 from fedbench.models.registry import MODELS
 
 
-@MODELS.register("mlr")
+@MODELS.register("mlr", family="mlp")
 def multinomial_logistic_regression(input_shape, num_classes) -> nn.Module:
     """Multinomial logistic regression (pFedMe's ``Mclr_Logistic``): flatten -> Linear(d, C)."""
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
 
 
-@MODELS.register("mlp", bounds={"hidden": ">= 1"})
+# the MLP family: matrix products on the flattened input, one figure at any input size (benchmarked on
+# FedAvg's 784-200-10, benchmarks/engine_round.py)
+@MODELS.register("mlp", bounds={"hidden": ">= 1"}, family="mlp", benchmark_input=(784,))
 def multilayer_perceptron(input_shape, num_classes, *, hidden: list[int] = (200,)) -> nn.Module:
     """MLP with ReLU hidden layers, e.g. FedAvg's/FLT's 784-200-10 or pFedMe's DNN 60-20-10."""
     layers: list[nn.Module] = [nn.Flatten()]

@@ -7,7 +7,7 @@ from torch import nn
 from fedbench.models.registry import MODELS
 
 
-@MODELS.register("pfedme_cnn")
+@MODELS.register("pfedme_cnn", family="fedavg_cnn")
 def pfedme_cnn(input_shape, num_classes, *, dropout: bool = False) -> nn.Module:
     """conv 2x2 (C->16) - ReLU - maxpool(2, stride 1) - [Dropout .25] - conv 2x2 (16->32) - ReLU -
     maxpool(2, stride 1) - [Dropout .5] - FC (32 (H-4)(W-4) -> 128) - ReLU - FC (128 -> classes);

@@ -1,4 +1,9 @@
-"""``MODELS``: architecture name -> builder(input_shape, num_classes, **params) -> nn.Module."""
+"""``MODELS``: architecture name -> builder(input_shape, num_classes, **params) -> nn.Module.
+
+A model registers the throughput family its time is measured by, ``MODELS.register(name, family="resnet9")``;
+the one model a family is benchmarked with adds the input it is measured at, ``benchmark_input=(3, 32, 32)``
+(:mod:`fedbench.cost.families`, ``benchmarks/throughputs.py``).  A model without a family is estimated at
+the device's assumed throughput, uncalibrated."""
 
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ class ResNet20(nn.Module):
         return self.fc(self.flatten(self.avgpool(out)))
 
 
-@MODELS.register("resnet20")
+@MODELS.register("resnet20", family="resnet20", benchmark_input=(3, 32, 32))
 def resnet20(input_shape, num_classes, *, stem_maxpool: bool | None = None) -> nn.Module:
     """FedMR's pre-activation bottleneck ResNet-20.  ``stem_maxpool``: the max pool after the stem of the
     released greyscale variant (FEMNIST/MNIST); ``None`` (default) = as released, on for one-channel

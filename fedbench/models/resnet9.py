@@ -84,7 +84,7 @@ class ResNet9(nn.Module):
         return self.linear(self.flatten(self.pool(out)))
 
 
-@MODELS.register("resnet9")
+@MODELS.register("resnet9", family="resnet9", benchmark_input=(3, 32, 32))
 def resnet9(input_shape, num_classes) -> nn.Module:
     """FeMAM's ResNet-9 (released ``ResNet18``: BasicBlocks [1, 1, 1, 1], widths 8-64), head sized from the input."""
     return ResNet9(tuple(input_shape), num_classes)

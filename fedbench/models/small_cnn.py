@@ -7,7 +7,8 @@ from torch import nn
 from fedbench.models.registry import MODELS
 
 
-@MODELS.register("small_cnn")
+# FeMAM's offline analogues' small CNN (8 and 16 channels) is a family of its own
+@MODELS.register("small_cnn", family="small_cnn", benchmark_input=(1, 28, 28))
 def small_cnn(input_shape, num_classes, *, channels: list[int] = (8, 16)) -> nn.Module:
     """LeNet-style: conv 5x5 (C -> c1) - ReLU - maxpool 2 - conv 5x5 (c1 -> c2) - ReLU - maxpool 2 -
     Linear(c2 * 4 * 4 -> classes) on 28x28 inputs (5,994 parameters with the default widths and

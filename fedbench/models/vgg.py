@@ -24,7 +24,7 @@ from fedbench.models.registry import MODELS
 VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
 
 
-@MODELS.register("vgg16")
+@MODELS.register("vgg16", family="vgg16", benchmark_input=(3, 32, 32))
 def vgg16(input_shape, num_classes, *, hidden: int = 4096, dropout: float = 0.5) -> nn.Module:
     """VGG-16 with BatchNorm and the ``hidden``-wide two-layer classifier with dropout, as FedMR releases it."""
     channels, height, width = input_shape
@@ -47,7 +47,7 @@ def vgg16(input_shape, num_classes, *, hidden: int = 4096, dropout: float = 0.5)
     )
 
 
-@MODELS.register("fedmr_vgg16_mnist")
+@MODELS.register("fedmr_vgg16_mnist", family="vgg16")
 def fedmr_vgg16_mnist(input_shape, num_classes, *, hidden: int = 256) -> nn.Module:
     """What FedMR's released code runs for "VGG-16" on (F)EMNIST: ``VGG16_mnist`` (models/Nets.py),
     five convolutions with ReLU and no BatchNorm -- conv1x1(C -> 64, padding 1), conv3x3(64),

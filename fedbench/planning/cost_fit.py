@@ -1,6 +1,6 @@
 """Fit the cost model's fixed costs to finished runs: ``python -m fedbench.planning.cost_report --fit ROOT [ROOT ...]``.
 
-The time of a cell (:func:`fedbench.cost.model.cell_cost`) is its FLOPs at the measured rates plus fixed
+The time of a cell (:func:`fedbench.cost.estimate.cell_cost`) is its FLOPs at the measured rates plus fixed
 costs, each a constant times a count (:data:`fedbench.cost.model.OVERHEADS`): ``job_overhead_s`` once,
 ``step_overhead_s`` per local minibatch step, ``round_overhead_s`` per round, ``eval_overhead_s``
 per evaluated round.  The FLOP rates stay as the benchmarks measured them; the constants are fitted
@@ -29,7 +29,7 @@ import numpy as np
 import yaml
 from scipy.optimize import nnls
 
-from fedbench.cost.model import OVERHEADS, overhead
+from fedbench.cost.rates import OVERHEADS, overhead
 
 FIT_ORDER = ("job_overhead_s", "step_overhead_s", "round_overhead_s", "eval_overhead_s")
 SHORT = {"job": "job_overhead_s", "step": "step_overhead_s", "round": "round_overhead_s", "eval": "eval_overhead_s"}

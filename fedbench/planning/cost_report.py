@@ -11,7 +11,7 @@
 
 Each file is one config (as ``snakemake --configfile F --replace-workflow-config`` runs it): its cells,
 its tuning trials and tuned runs, and the most seeds the claims' looks may add.  The
-estimates are :mod:`fedbench.cost.model`'s, the same that size every training job's ``runtime``
+estimates are :mod:`fedbench.cost`'s, the same that size every training job's ``runtime``
 (without its safety factor): a cell's shape from its partition's summary where the partition
 exists under the config's ``results`` root, else from the dataset's facts.  A figure marked ``*``
 rests on the device's assumed throughput (no measurement of that model family there, or none at
@@ -19,7 +19,7 @@ the cell's input size).
 
 ``--check ROOT`` compares, for every finished run under a results root (``metrics.json`` with
 ``status: completed``, under ``runs/``, ``tuning/trials/``, ``tuned/runs/`` or anywhere below), the
-estimate of :func:`fedbench.cost.model.cell_cost` (the function that sizes the jobs' ``runtime``, with the
+estimate of :func:`fedbench.cost.estimate.cell_cost` (the function that sizes the jobs' ``runtime``, with the
 run's recorded hyperparameters and device, its shape from its partition's summary under
 ``ROOT/partitions`` where present, else from the dataset's facts) with the measured wall time: the
 job's Snakemake benchmark (``ROOT/benchmarks/.../seed<k>.tsv``, ``s``: the whole job) where there
@@ -60,7 +60,7 @@ from fedbench.config.cells import (
     TRAINING_DEFAULTS, expand_partitions, resolve_cell,
 )
 from fedbench.config.layout import RUN_KINDS, partition_stem
-from fedbench.cost.model import (
+from fedbench.cost import (
     OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs,
 )
 from fedbench.engine.numerics import Numerics
@@ -325,7 +325,7 @@ def check_report(root: str, rows: list[dict] | None = None, skipped: list[str] |
     against the wall time and against the job's CPU time."""
     if rows is None:
         rows, skipped = check_runs(root)
-    lines = [f"{root}: {len(rows)} finished runs (predicted: fedbench.cost.model.cell_cost before the safety factor)"]
+    lines = [f"{root}: {len(rows)} finished runs (predicted: fedbench.cost.estimate.cell_cost before the safety factor)"]
     if rows:
         width = min(max(len(row["run"]) for row in rows), 90)
         lines.append(f"  {'run':<{width}} {'algorithm':<10} {'family':<10} {'device':<6} {'predicted s':>11} "

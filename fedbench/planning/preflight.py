@@ -9,7 +9,7 @@ and what to do, raised before anything is written.
   registered ``files`` check, the message its loader would raise), unless ``download: true``;
   ``check_data: false`` skips this where compute nodes see other disks than the planning host;
 * the run time: the cost model's estimate of every cell on the device the training jobs will use
-  (:mod:`fedbench.cost.model`); a cell over :data:`LONG_CELL_DAYS` is refused unless ``allow_long: true``.
+  (:mod:`fedbench.cost`); a cell over :data:`LONG_CELL_DAYS` is refused unless ``allow_long: true``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedbench.config.cells import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, resolve_cell
-from fedbench.cost.model import cell_cost, device_kind
+from fedbench.cost import cell_cost, device_kind
 from fedbench.planning.cost_report import ADDED_SEEDS, cell_shape, planned_jobs
 from fedbench.data.sources import missing_files
 

@@ -23,7 +23,7 @@ from snakemake.exceptions import WorkflowError
 from fedbench.config import layout
 from fedbench.config.cells import Cell, expand_cells, expand_partitions, identity_training, resolve_cell
 from fedbench.cost.memory import check_one_client_fits
-from fedbench.cost.model import cell_cost, choose_device, estimated_shape, runtime_minutes, summary_shape
+from fedbench.cost import cell_cost, choose_device, estimated_shape, runtime_minutes, summary_shape
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.planning.jobs import Run, block_trials, look_runs, planned_runs, tuned_blocks
 from fedbench.planning.preflight import plan_device
@@ -349,7 +349,7 @@ class WorkflowPlan:
     def job_device(self, cell: Cell, summary_path: str) -> tuple[str, str]:
         """The device a training job trains on and why: ``cpu``/``cuda[:N]`` as the config names it; under ``auto``
         the CPU where no GPU is in reach, else the device the cost model estimates faster for the cell
-        (:func:`fedbench.cost.model.choose_device`: a tiny model's rounds can be slower on a GPU than on the CPU)."""
+        (:func:`fedbench.cost.device.choose_device`: a tiny model's rounds can be slower on a GPU than on the CPU)."""
         requested = self.config["device"]
         if requested != "auto":
             return requested, f"device: {requested} (the config's)"

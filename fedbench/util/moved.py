@@ -5,7 +5,10 @@ duplicated) with a :class:`DeprecationWarning`, and ``python -m fedbench.stale``
 :mod:`fedbench.planning.stale`.  docs/extending.md lists the table for plugin authors.
 
 Modules that were split have no alias (``fedbench.config``, ``fedbench.cost``, ``fedbench.tuning``
-and ``fedbench.registry`` are packages now; ``fedbench.registry`` re-exports what plugins import)."""
+and ``fedbench.registry`` are packages now; ``fedbench.registry`` re-exports what plugins import),
+except where the package re-exports what their importers use: ``fedbench.workload``, split into
+:mod:`fedbench.cost`'s modules, is the package itself (``cell_cost``, ``estimated_shape``, ``summary_shape``, ``runtime_minutes``, ``choose_device``,
+``CellShape``, ``model_cost``, ...: :data:`fedbench.cost.PUBLIC`)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ MOVED = {
     "fedbench.protocols": "fedbench.registry.protocols",
     "fedbench.threads": "fedbench.util.threads",
     "fedbench.validation": "fedbench.config.files",
-    "fedbench.workload": "fedbench.cost.workload",
+    "fedbench.workload": "fedbench.cost",
     "fedbench.job_memory": "fedbench.cost.memory",
     "fedbench.cost_fit": "fedbench.planning.cost_fit",
     "fedbench.cost_report": "fedbench.planning.cost_report",
@@ -65,7 +68,8 @@ class MovedModules(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in MOVED:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(fullname, MOVED[fullname]))
+        moved = importlib.util.find_spec(MOVED[fullname])  # its origin: where the old name's code now is
+        return importlib.machinery.ModuleSpec(fullname, _Alias(fullname, MOVED[fullname]), origin=moved.origin)
 
 
 def install() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
+from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation, Workload
 from fedbench.engine.weights import Weights, broadcast, parameter_names, shared
 
 
@@ -25,6 +25,12 @@ class FedAvgM(Algorithm):
     scored_models = "global"  # every client is scored with the one server model
     server_momentum: float
     server_lr: float
+
+    @classmethod
+    def workload(cls, params: dict, training: dict) -> Workload:
+        """What a round trains, as the cost model counts it (Hsu et al. Sec. 3): the sampled clients run
+        ``local_epochs`` epochs of local SGD, as in FedAvg; the server step adds no training."""
+        return Workload(local_passes=training["local_epochs"])
 
     def init(self, fed: Federation, initial: Weights) -> dict:
         names = parameter_names(fed.model)  # buffers (BatchNorm statistics) are averaged, not moved

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from fedbench.algorithms import ALGORITHMS, Federation  # noqa: E402
 from fedbench.config.cells import TRAINING_DEFAULTS  # noqa: E402
 from fedbench.cost.work import local_samples, training_clients  # noqa: E402
-from fedbench.cost.workload import declared_workload  # noqa: E402
+from fedbench.registry.workload import declared_workload  # noqa: E402
 from fedbench.engine.device import resolve_device  # noqa: E402
 from fedbench.engine.federated_data import ClientIndex, FederatedData  # noqa: E402
 from fedbench.engine.local_sgd import LocalSGD  # noqa: E402

@@ -14,7 +14,7 @@ from fedbench.cost import CellShape, cell_cost, choose_device, estimated_shape, 
 from fedbench.cost.rates import family_rate
 from fedbench.cost.server import clustering_seconds, relatedness_seconds, server_average_seconds
 from fedbench.cost.work import cell_work, evaluation_finetune, local_samples, scored_models, scored_rows
-from fedbench.cost.workload import declared_workload
+from fedbench.registry.workload import declared_workload
 from fedbench.engine.memory import MemoryBudgetError
 from fedbench.cost.memory import check_one_client_fits
 

@@ -15,7 +15,7 @@ from fedbench.config.cells import TRAINING_DEFAULTS
 from fedbench.cost import CellShape, cell_cost, throughputs
 from fedbench.cost.families import family_benchmarks, model_family
 from fedbench.cost.work import cell_work, local_steps
-from fedbench.cost.workload import declared_workload
+from fedbench.registry.workload import declared_workload
 from fedbench.models import MODELS
 from fedbench.registry.plugins import scratch_registries
 

@@ -8,7 +8,7 @@ from fedbench.config.cells import TRAINING_DEFAULTS
 from fedbench.cost import CellShape, cell_cost
 from fedbench.cost.rates import overhead
 from fedbench.cost.work import cell_work, counted_steps, evaluations, expected_max, local_samples, local_steps, training_clients
-from fedbench.cost.workload import declared_workload
+from fedbench.registry.workload import declared_workload
 
 MLR = {"arch": "mlr"}  # Linear(4, 3): 48 FLOPs a trained sample, 24 a scored one
 # five clients of 10, 20, 30, 40 and 100 training samples (mean 40); at batch 25 they take 1, 1, 2, 2

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fedbench.registry.algorithms import ALGORITHMS, PlanContext, returned_class
-from fedbench.cost.workload import Clustering, Workload, sampled_local_epochs  # noqa: F401  (Clustering, Workload: what a plugin declares)
+from fedbench.registry.workload import Clustering, Workload, sampled_local_epochs  # noqa: F401  (Clustering, Workload: what a plugin declares)
 from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients, client_buffers
 from fedbench.engine.federated_data import FederatedData
@@ -219,7 +219,7 @@ class Algorithm:
     def workload(cls, params: Mapping[str, Any], training: Mapping[str, Any]) -> Workload:
         """Declaration, called on the class: what a run with the entry's ``params`` (the builder's
         defaults filled in) and the experiment's ``training`` computes, as the cost model counts it
-        (:class:`~fedbench.cost.workload.Workload`: the clients that train in a round and how much, and
+        (:class:`~fedbench.registry.workload.Workload`: the clients that train in a round and how much, and
         what else the run computes).  Default: FedAvg's (McMahan et al. 2017, Algorithm 1), the round's
         sampled clients, ``local_epochs`` passes each, nothing else.  The contract's ``workload``
         property checks it against the clients and samples the algorithm trains."""

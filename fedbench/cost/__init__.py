@@ -1,9 +1,8 @@
 """Layer 3, the pure cost model: a cell's work, time and memory before it runs (no files but the
 throughput table).  May import layers 0-3, never an algorithm module: an algorithm's work is what its
-class declares (:mod:`.workload`, read through the registry), a model's throughput family what its
+class declares (:mod:`fedbench.registry.workload`, read through the registry), a model's throughput family what its
 registration declares (:mod:`.families`); the model names no method and no architecture.
 
-* :mod:`.workload` -- what an algorithm declares about its work (``Workload``, ``Clustering``);
 * :mod:`.shape` -- a cell's clients, samples and input, from its partition's summary or the dataset's facts;
 * :mod:`.model_flops` -- a model's FLOPs per sample and its bytes;
 * :mod:`.work` -- what a cell trains and scores: samples, steps, FLOPs;
@@ -23,7 +22,7 @@ PUBLIC = {
     "choose_device": "device", "device_kind": "device",
     "CellShape": "shape", "estimated_shape": "shape", "summary_shape": "shape",
     "OVERHEADS": "rates", "THROUGHPUTS": "rates", "throughputs": "rates",
-    "model_cost": "model_flops", "Workload": "workload", "Clustering": "workload",
+    "model_cost": "model_flops",
 }
 __all__ = sorted(PUBLIC)
 

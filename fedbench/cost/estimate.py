@@ -21,7 +21,7 @@ from fedbench.cost.memory import cell_job_mb
 from fedbench.cost.server import clustering_seconds, relatedness_seconds, server_average_seconds
 from fedbench.cost.shape import CellShape
 from fedbench.cost.work import cell_work, evaluation_finetune, evaluations, local_steps
-from fedbench.cost.workload import declared_workload
+from fedbench.registry.workload import declared_workload
 from fedbench.engine.numerics import Numerics
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from fedbench.cost.model_flops import model_cost
 from fedbench.cost.shape import CellShape
-from fedbench.cost.workload import declared_workload
+from fedbench.registry.workload import declared_workload
 
 
 def relatedness_seconds(spec: dict, shape: CellShape, table: dict, device: str) -> float:
@@ -39,7 +39,7 @@ def server_average_seconds(spec: dict, shape: CellShape, table: dict, device: st
 
 
 def clustering_seconds(spec: dict, shape: CellShape, table: dict, device: str) -> float:
-    """Seconds of the workload's clustering (:class:`fedbench.cost.workload.Clustering`) at the device's
+    """Seconds of the workload's clustering (:class:`fedbench.registry.workload.Clustering`) at the device's
     measured ``flt_clustering`` figures:
 
     * every round's k-means of the M clients' flattened models (FedSEM as FLT's code): rounds x M x the

@@ -12,7 +12,7 @@
 
 Each sample costs the model's FLOPs (:mod:`fedbench.cost.model_flops`); the minibatch steps of a round
 (:func:`local_steps`) pay the per-step overhead.  The algorithm's declaration is
-:class:`fedbench.cost.workload.Workload`."""
+:class:`fedbench.registry.workload.Workload`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import math
 
 from fedbench.cost.model_flops import model_cost
 from fedbench.cost.shape import CellShape
-from fedbench.cost.workload import Workload, declared_workload
+from fedbench.registry.workload import Workload, declared_workload
 
 
 def sampled_clients(training: dict, shape: CellShape) -> int:

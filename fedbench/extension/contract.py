@@ -16,7 +16,7 @@ Each property is checked on one tiny cell (:class:`Case`: 4 clients of scikit-le
   pooled test rows, recomputed here one client at a time), and asking for them twice gives the same
   models and draws nothing from training's random stream;
 * ``workload``: the workload it declares (:meth:`~fedbench.algorithms.base.Algorithm.workload`) is a
-  well-typed :class:`~fedbench.cost.workload.Workload` and says what it trains: in every round the clients
+  well-typed :class:`~fedbench.registry.workload.Workload` and says what it trains: in every round the clients
   the engine trains (every client, or the round's sampled ones), each the declared passes over its rows
   or minibatch steps, and before an evaluation the declared fine-tuning of every client (counted where the
   engine trains: its trainers' batch plans, its gradient oracle's steps; a round trained elsewhere is not).
@@ -50,7 +50,7 @@ from fedbench.run.checkpoint import load_checkpoint, save_checkpoint
 from fedbench.config.cells import Cell
 from fedbench.config.checks import check_entries
 from fedbench.cost.work import scored_models
-from fedbench.cost.workload import Workload, declared_workload
+from fedbench.registry.workload import Workload, declared_workload
 from fedbench.engine.device_gradient import MinibatchGradients
 from fedbench.engine.reference import ReferenceTrainer
 from fedbench.engine.vectorised import VectorisedTrainer
@@ -398,7 +398,7 @@ def check_workload(config, partition, work, whole) -> str | None:
         workload = declared_workload(whole.run.spec["algorithm"], whole.run.training)
     except (TypeError, ValueError) as error:
         return f"its workload declaration: {error}"
-    run = prepare(config, CELL, partition, work / "workload")
+    run = prepare(cell_job(config, CELL), partition, work / "workload")
     fed, rounds = run.fed, run.training["rounds"]
     rows = fed.data.train.counts.tolist()
     everyone = Counter(range(fed.num_clients))

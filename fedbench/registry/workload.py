@@ -1,4 +1,5 @@
-"""What an algorithm declares about its work, in the cost model's terms (:class:`Workload`).
+"""What an algorithm declares about its work, in the cost model's terms (:class:`Workload`): a plain
+declaration beside the registry, so that an algorithm declares it without importing the cost model.
 
 Every algorithm answers :meth:`fedbench.algorithms.base.Algorithm.workload` from its entry's
 parameters and the training settings: which clients train in a round and how much (passes over

@@ -28,8 +28,7 @@ def trainer_for(fed: Federation, module: nn.Module, data: FederatedData | None =
         trainer = fed.trainer
         return VectorisedTrainer(module, data, chunk_size=trainer.chunk_size, fused_mlp=False, memory_mb=trainer.memory_mb,
                                  numerics=trainer.numerics)
-    numerics = getattr(fed.trainer, "numerics", None)
-    return type(fed.trainer)(module, data) if numerics is None else type(fed.trainer)(module, data, numerics=numerics)
+    return type(fed.trainer)(module, data, numerics=fed.trainer.numerics)
 
 
 def train_module(
@@ -48,6 +47,6 @@ def train_module(
     that tabulates them, :mod:`fedbench.engine.frozen_levels`)."""
     counts = fed.data.train.counts[clients]
     plan = make_batch_plan(counts, hp.epochs, hp.batch_size, generator or fed.generator)
-    if frozen_key is not None and getattr(trainer, "frozen_levels", None) is not None:
+    if frozen_key is not None and trainer.frozen_levels is not None:
         return trainer.train(start, clients, plan, hp, center, frozen_key=frozen_key)
     return trainer.train(start, clients, plan, hp, center)

@@ -17,10 +17,13 @@ from fedbench.engine.weights import Weights
 
 class Trainer(ABC):
     """Local SGD of many clients from stacked weights (:meth:`train`).  ``numerics``: the precision,
-    layout and compilation it trains with; ``step_kind``: the name of its training step."""
+    layout and compilation it trains with; ``step_kind``: the name of its training step;
+    ``frozen_levels``: the table of FeMAM's frozen levels where the trainer keeps one
+    (:mod:`fedbench.engine.frozen_levels`; it then takes ``frozen_key`` in :meth:`train`), else None."""
 
     numerics: Numerics = FP32
     step_kind: str = "custom"
+    frozen_levels = None
 
     @property
     def numerics_used(self) -> dict:

@@ -161,6 +161,21 @@ def test_config_loads_the_algorithms_only_when_it_looks_one_up():
     subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
 
 
+def test_planning_reads_a_claims_spec_without_loading_its_statistics():
+    """Listing a config's jobs reads each claim's cells and the seeds its design may add
+    (:mod:`fedbench.results.claims.spec`), not the t intervals, the evaluation or the report; the
+    package's names still load their modules on first use."""
+    script = (
+        "import sys; import fedbench.planning.jobs, fedbench.planning.validate\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('fedbench.results.claims'))\n"
+        "assert loaded == ['fedbench.results.claims', 'fedbench.results.claims.spec'], loaded\n"
+        "from fedbench.results.claims import compare, write_report\n"
+        "assert compare.__module__ == 'fedbench.results.claims.statistics'\n"
+        "assert write_report.__module__ == 'fedbench.results.claims.report'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
+
+
 def test_the_package_root_holds_only_its_init_and_main_and_every_package_names_its_layer():
     """One package per concern: no module at the root but ``__init__`` and ``__main__``; each top-level
     package's docstring opens with the layer the map gives it."""

@@ -18,7 +18,7 @@ from typing import Iterable
 
 from fedbench.config import layout
 from fedbench.config.cells import Cell, expand_cells
-from fedbench.results.claims import claim_algorithms, claim_cells, claims_design, design_seeds, evaluated_claims
+from fedbench.results.claims.spec import claim_algorithms, claim_cells, claims_design, design_seeds, evaluated_claims
 from fedbench.tuning.trials import trial_config, tune_block, tuned_experiments
 
 Block = tuple[str, str, str, str, str]  # (experiment, dataset, partition, model, algorithm): one entry's cells

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fedbench.config.cells import ConfigError
 from fedbench.config.checks import check_entries
 from fedbench.planning.preflight import PlanEstimate, Workplace, check_workplace
-from fedbench.results.claims import ClaimError, check_claims, check_design, design_seeds
+from fedbench.results.claims.spec import ClaimError, check_claims, check_design, design_seeds
 from fedbench.results.papers import PAPERS
 from fedbench.results.published import PUBLISHED_CSV, link_keys, links, load_published
 from fedbench.tuning.trials import check_tuning

@@ -28,7 +28,7 @@ from fedbench.engine.memory import MemoryBudgetError
 from fedbench.planning.jobs import Run, block_trials, look_runs, planned_runs, tuned_blocks
 from fedbench.planning.preflight import plan_device
 from fedbench.registry.algorithms import ALGORITHMS
-from fedbench.results.claims import claim_algorithms, claim_cells, evaluated_claims
+from fedbench.results.claims.spec import claim_algorithms, claim_cells, evaluated_claims
 from fedbench.results.papers import (
     GUIDES, PAPERS, category, config_papers, experiment_paper, paper_experiments, shared_category,
 )

@@ -1,0 +1,143 @@
+"""The committed report ``reports/claims.md``: every paper's claims of the given configs, measured on
+the seeds whose runs are on disk (else the command that measures them), one section per paper;
+``--update`` rewrites only the sections of the configs given.
+
+Layer 6 (results).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from fedbench.config.files import load_yaml_strict
+from fedbench.data.partition_file import atomic_write
+from fedbench.results.claims.evaluation import _runs_with_global, evaluate_claims
+from fedbench.results.claims.spec import SETTINGS, claim_algorithms, claim_cells, claims_design, design_seeds, margin_text
+from fedbench.results.claims.table import VERDICT_LEGEND, _shown
+from fedbench.results.papers import PAPERS as PAPER_NAMES
+from fedbench.results.papers import experiment_paper
+
+# ---- the committed report (reports/claims.md): every paper's claims, measured where runs exist ----
+
+
+def setting_root(config: dict, setting: str) -> Path:
+    """Where a setting's runs are: ``<results>/runs`` (the paper's setting) or ``<results>/tuned/runs``."""
+    results = Path(config.get("results", "results"))
+    return results / "runs" if setting == "paper" else results / "tuned" / "runs"
+
+
+def _metrics_paths(config: dict, name: str, seed: int, setting: str = "paper") -> list[Path]:
+    """``metrics.json`` of every run claim ``name`` reads for ``seed`` at ``setting``, under the config's
+    ``results`` (the layout of :meth:`fedbench.config.cells.Cell.run_dir`)."""
+    claim = config["claims"][name]
+    root = setting_root(config, setting) / claim["experiment"]
+    return [root / d / p / m / a / f"seed{seed}" / "metrics.json"
+            for d, p, m in claim_cells(config, name) for a in claim_algorithms(claim)]
+
+
+def _measured_seeds(config: dict, name: str, setting: str = "paper") -> list[int]:
+    """The design's seeds (pilot first) for which every run claim ``name`` reads is on disk."""
+    return [s for s in design_seeds(config) if all(path.exists() for path in _metrics_paths(config, name, s, setting))]
+
+
+def report_rows(config_path: str | Path, published: pd.DataFrame) -> pd.DataFrame:
+    """Every claim of one config file at the paper's setting and, where its experiment is tuned, tuned:
+    measured (on the seeds whose runs all exist, named in ``seeds``) or, where none exist, ``not yet
+    measured`` with the command that measures it."""
+    config = load_yaml_strict(config_path)
+    cap = claims_design(config)["looks"][-1]
+    rows = []
+    for name, claim in (config.get("claims") or {}).items():
+        tuned = config["experiments"][claim["experiment"]].get("tune") is not None
+        for setting in SETTINGS if tuned else ("paper",):
+            measured = _measured_seeds(config, name, setting)
+            pilot = [s for s in measured if s in config["seeds"]]
+            if pilot:
+                paths = [path for seed in measured for path in _metrics_paths(config, name, seed, setting)]
+                one = {**config, "claims": {name: claim}, "only_experiments": None}
+                if len(pilot) < len(config["seeds"]):  # a pilot still running: what there is
+                    one["seeds"] = pilot
+                table = evaluate_claims(one, _runs_with_global(one, paths), published, setting=setting)
+                read = design_seeds(one)[:int(table["seeds_run"].max())]
+                rows.append(table.assign(seeds=f"{', '.join(map(str, read))} ({len(read)} of {cap})"))
+                continue
+            command = (f"snakemake --cores 2 --configfile {config_path} --replace-workflow-config "
+                       f"--config 'only_experiments=[{claim['experiment']}]'")
+            rows.append(pd.DataFrame([{
+                "claim": name, "paper": experiment_paper(config, claim["experiment"]), "setting": setting,
+                "source": claim["source"], "experiment": claim["experiment"],
+                "comparison": claim.get("better", claim.get("algorithm")), "metric": claim.get("metric", "accuracy"),
+                "paper_margin": margin_text(claim, published, f"claims.{name}"),
+                "verdict": "not yet measured", "seeds": f"none (0 of {cap})", "command": command,
+            }]))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+REPORT_TITLE = "# The papers' claims, tested on the offline analogues"
+
+
+def report_sections(text: str) -> dict[str, str]:
+    """An existing ``reports/claims.md`` cut at its ``## <paper>`` headings: paper name -> that section's text."""
+    sections: dict[str, str] = {}
+    name = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            name = line[3:].strip()
+            sections[name] = ""
+        if name is not None:
+            sections[name] += line
+    return sections
+
+
+# the mark of a section written by this version (claims decided look by look, the tuned setting beside the
+# paper's where the config tunes): an HTML comment, invisible in the rendered report
+LOOKS_MARK = "<!-- fedbench.results.claims: looks and tuning -->"
+
+
+def _section(paper: str, rows: pd.DataFrame, config_paths: list[str], note: str) -> str:
+    """One paper's section: the command that wrote it, ``note``, the claims table (both settings side by side)."""
+    rows = rows.reindex(columns=rows.columns.union(["per_seed"], sort=False)).astype({"per_seed": object})
+    written = f"Written by `python -m fedbench.results.claims --update {' '.join(config_paths)}` from the runs on disk."
+    return "\n".join([f"## {PAPER_NAMES[paper]}", LOOKS_MARK, "", written, *([note] if note else []), "",
+                      _shown(rows, reading_column=True).to_markdown(index=False), "", ""])
+
+
+def section_status(sections: dict[str, str]) -> list[str]:
+    """The header's line on which sections were measured with looks and tuning (they carry
+    :data:`LOOKS_MARK`, :func:`_section`) and which were measured before (one look, untuned; written by an
+    earlier version of this module and kept by ``--update``), read from the sections themselves."""
+    tuned = [name for name, text in sections.items() if LOOKS_MARK in text]
+    earlier = [name for name in sections if name not in tuned]
+    if not earlier:
+        return []
+    return [f"**Measured before claims were decided look by look and before tuning: {', '.join(earlier)}** (one look "
+            "at the config's seeds, a 95 % interval, no equivalence or not-comparable verdict, every method at the "
+            "paper's setting; re-running an analogue's claims, `snakemake claims`, and `--update` rewrites its section "
+            "with both settings side by side).  "
+            + (f"Measured with looks and tuning: {', '.join(tuned)}." if tuned else ""), ""]
+
+
+def write_report(config_paths: Iterable[str | Path], out: str | Path, published: pd.DataFrame, note: str = "",
+                 update: bool = False) -> pd.DataFrame:
+    """``reports/claims.md``: per paper, every claim of the given config files (:func:`report_rows`), each
+    paper's section naming the command that wrote it and ``note``.  ``update``: rewrite only the sections
+    of the papers these configs test and keep the report's other sections as they are (each paper's
+    analogue is measured on its own, at its own time)."""
+    config_paths = [str(path) for path in config_paths]
+    table = pd.concat([report_rows(path, published) for path in config_paths], ignore_index=True)
+    sections = report_sections(Path(out).read_text(encoding="utf-8")) if update and Path(out).exists() else {}
+    for paper in table["paper"].unique():
+        sections[PAPER_NAMES[paper]] = _section(paper, table[table["paper"] == paper], config_paths, note)
+    order = [PAPER_NAMES[paper] for paper in ("femam", "fedmr", "flt", "pfedmt", "default")]
+    header = [REPORT_TITLE, "",
+              "Each paper's section is written by `python -m fedbench.results.claims --update CONFIG...` from the "
+              "runs on disk under the config's `results:` directory (none typed in) and names its command; "
+              "`--update` rewrites only the sections of the configs given.  *seeds*: the seeds whose runs all exist "
+              "(of the design's cap).  A claim with no runs yet says so, with the command that measures it.",
+              "", VERDICT_LEGEND, "", *section_status(sections), ""]
+    body = [sections[name] for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order))]
+    atomic_write(out, lambda p: Path(p).write_text("\n".join(header) + "".join(body).rstrip("\n") + "\n", encoding="utf-8"))
+    return table

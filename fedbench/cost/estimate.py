@@ -62,9 +62,10 @@ def cell_cost(spec: dict, shape: CellShape, device: str, table: dict | None = No
     figures, calibrated, note = rates.family_rate(table, device, family, shape.input_shape)
     figures, calibrated, note = rates.setting_rate(figures, calibrated, note, Numerics.from_training(training).label)
     rate = figures or {"train": table[device]["assumed"], "eval": table[device]["assumed"]}
-    train, evaluate = cell_work(spec, shape)
-    flop_seconds = (train / rate["train"] + evaluate / rate["eval"] + relatedness_seconds(spec, shape, table, device)
-                    + server_average_seconds(spec, shape, table, device) + clustering_seconds(spec, shape, table, device))
+    train, evaluate = cell_work(spec, shape, workload)
+    server = (relatedness_seconds, server_average_seconds, clustering_seconds)
+    flop_seconds = (train / rate["train"] + evaluate / rate["eval"]
+                    + sum(seconds(spec, shape, table, device, workload) for seconds in server))
     steps = training["rounds"] * local_steps(workload, training, shape)
     steps += evaluation_finetune(workload, training, shape)[1]
     mem = cell_job_mb(spec["model"], shape, training)

@@ -115,18 +115,19 @@ def evaluation_finetune(workload: Workload, training: dict, shape: CellShape, pa
     return runs * shape.num_clients * epochs * per_client, runs * epochs * batches
 
 
-def scored_models(algorithm: dict, training: dict) -> str:
+def scored_models(algorithm: dict, training: dict, workload: Workload | None = None) -> str:
     """What the clients are scored with (:attr:`fedbench.algorithms.base.Algorithm.scored_models`): ``global``,
     ``cluster`` or ``client``; one model each where the algorithm fine-tunes it per client before evaluation,
     BatchNorm stays local, or its workload says every client ends with its own (``own_models``); ``client`` for a
-    method the registry does not know (a plugin not loaded)."""
+    method the registry does not know (a plugin not loaded).  ``workload``: the algorithm's declaration where
+    the caller has read it (:func:`cell_work`), else read here."""
     from fedbench.registry.algorithms import algorithm_class
 
     try:
         cls = algorithm_class(algorithm["method"])
     except KeyError:
         return "client"
-    workload = declared_workload(algorithm, training)
+    workload = workload or declared_workload(algorithm, training)
     local_bn = cls.keeps_local_bn and training.get("bn_aggregation", "average") != "average"
     return "client" if workload.evaluation_finetune_epochs or local_bn or workload.own_models else cls.scored_models
 
@@ -151,15 +152,16 @@ def choice_samples(workload: Workload, training: dict, shape: CellShape) -> floa
             * workload.choice_models)
 
 
-def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
+def cell_work(spec: dict, shape: CellShape, workload: Workload | None = None) -> tuple[float, float]:
     """(training FLOPs, evaluation FLOPs) of a whole run; ``spec`` as :func:`fedbench.config.cells.resolve_cell` gives it.
     Training: rounds x :func:`training_clients` x :func:`local_samples` (the vectorised engine's padded
     batches for a model without BatchNorm), and the fine-tuning before every evaluation
     (:func:`evaluation_finetune`).  A model of several levels (FeMAM) trains and scores its
     newest level; each level it freezes runs one forward per training and evaluated row, once (its
-    logits are kept).  Evaluation adds the rows an algorithm scores to choose a model (:func:`choice_samples`)."""
+    logits are kept).  Evaluation adds the rows an algorithm scores to choose a model (:func:`choice_samples`).
+    ``workload``: the algorithm's declaration where the caller has read it, else read here."""
     training = spec["training"]
-    workload = declared_workload(spec["algorithm"], training)
+    workload = workload or declared_workload(spec["algorithm"], training)
     cost = model_cost(spec["model"], shape.input_shape, shape.num_classes)
     rounds = training["rounds"]
     frozen = workload.frozen_levels
@@ -169,7 +171,7 @@ def cell_work(spec: dict, shape: CellShape) -> tuple[float, float]:
     trained += evaluation_finetune(workload, training, shape, padded)[0]
     scored_rounds = evaluations(training)
     train_evaluations = math.ceil(rounds / training["train_eval_every"]) if training.get("train_eval_every") else scored_rounds
-    scored = scored_rounds * scored_rows(scored_models(spec["algorithm"], training), shape) + train_evaluations * shape.train_samples
+    scored = scored_rounds * scored_rows(scored_models(spec["algorithm"], training, workload), shape) + train_evaluations * shape.train_samples
     chosen = choice_samples(workload, training, shape)
     return (trained * cost.train_flops + frozen * shape.train_samples * cost.eval_flops,
             (scored + chosen + frozen * (shape.eval_samples + shape.train_samples)) * cost.eval_flops)

@@ -1,7 +1,9 @@
 """The Moreau family's round loops as they stood at deb7334, before the fast path (fused oracle steps,
 the wide model, CUDA graphs): the plain oracle's gradients and each method's own ``_foreach``
 arithmetic.  Frozen here as the reference that ``tests/test_moreau_fast_path.py`` checks the fast
-path against and that ``benchmarks/moreau_round.py`` times it against."""
+path against and that ``benchmarks/moreau_round.py`` times it against.  Their minibatches come from
+the federation's per-client ``minibatches`` streams, as the fast path's do (common random numbers,
+:mod:`fedbench.engine.streams`), so that the two compare arithmetic, not draws."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ def pfedme_round(algo, fed, state, round_=None):
     theta = {n: v.clone() for n, v in w.items()}
     buffers = fed.client_buffers(x, fed.num_clients)
     th, wl = list(theta.values()), list(w.values())
-    batches = oracle.draw(algo.local_steps, everyone, fed.generator)
+    batches = oracle.draw(algo.local_steps, everyone, fed.client_streams("minibatches", everyone))
     loss_sum = torch.zeros(fed.num_clients, device=fed.device)
     pull, eta = algo.personal_lr * algo.lam, fed.local.lr * algo.lam
     with torch.no_grad():
@@ -48,7 +50,7 @@ def perfedavg_round(algo, fed, state, round_=None):
     oracle = fed.minibatch_gradients()
     theta = broadcast({n: x[n] for n in names}, len(chosen))
     buffers = fed.client_buffers(x, len(chosen))
-    batches = oracle.draw(2 * algo.local_steps, chosen, fed.generator)
+    batches = oracle.draw(2 * algo.local_steps, chosen, fed.client_streams("minibatches", chosen))
     loss_sum = torch.zeros(len(chosen), device=fed.device)
     with torch.no_grad():
         for r in range(algo.local_steps):
@@ -65,7 +67,7 @@ def sgd_steps(fed, start, clients, steps):
     names = parameter_names(fed.model)
     theta = {n: start[n].clone() for n in names}
     buffers = {k: v.clone() for k, v in start.items() if k not in theta}
-    batches = oracle.draw(steps, clients, fed.generator)
+    batches = oracle.draw(steps, clients, fed.client_streams("minibatches", clients))
     loss_sum = torch.zeros(len(clients), device=fed.device)
     with torch.no_grad():
         for s in range(steps):

@@ -13,6 +13,7 @@ import torch
 from fedbench.algorithms import Federation
 from fedbench.engine.federated_data import ClientIndex, FederatedData
 from fedbench.engine.local_sgd import LocalSGD
+from fedbench.engine.streams import client_streams, stream
 from fedbench.engine.vectorised import VectorisedTrainer
 
 
@@ -66,6 +67,31 @@ def make_federation(data: FederatedData, model, local: LocalSGD, participation=1
         model=model, data=data, trainer=VectorisedTrainer(model, data), local=local,
         participation=participation, generator=torch.Generator().manual_seed(seed), seed=seed,
     )
+
+
+class Streams:
+    """A federation's shared streams replayed by hand (:mod:`fedbench.engine.streams`): after
+    ``begin(t)``, the k-th draw of a purpose in round t is the stream ``(seed, purpose, t, k)``, one
+    per client for the per-client purposes -- the numbering :class:`Federation` keeps."""
+
+    def __init__(self, seed: int):
+        self.seed, self.round, self.draws = seed, 0, {}
+
+    def begin(self, round_: int) -> None:
+        self.round, self.draws = round_, {}
+
+    def _number(self, purpose: str) -> int:
+        self.draws[purpose] = self.draws.get(purpose, -1) + 1
+        return self.draws[purpose]
+
+    def sample(self, num_clients: int, m: int) -> torch.Tensor:
+        """The round's next sample: the first ``m`` of a permutation of the clients, in increasing order."""
+        generator = stream(self.seed, "sample", self.round, self._number("sample"))
+        return torch.randperm(num_clients, generator=generator)[:m].sort().values
+
+    def clients(self, purpose: str, clients) -> list[torch.Generator]:
+        """The round's next draw of ``purpose`` (``batches``, ``minibatches``): one stream per client."""
+        return client_streams(self.seed, purpose, (self.round, self._number(purpose)), clients)
 
 
 def ce_gradient(model, params, x, y):

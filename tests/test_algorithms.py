@@ -8,6 +8,7 @@ from torch import nn
 from conftest import make_data, make_federation
 from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.batches import make_batch_plan
+from fedbench.engine.streams import client_streams, stream
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.weights import model_weights, weighted_average
 
@@ -54,6 +55,7 @@ def numpy_data(data):
 def run(algorithm, fed, rounds):
     state = algorithm.init(fed, model_weights(fed.model))
     for t in range(1, rounds + 1):
+        fed.begin_round(t)  # as the pipeline does: round t's shared streams
         state, _ = algorithm.round(fed, state, t)
     return state
 
@@ -64,13 +66,11 @@ def test_fedavg_with_one_client_is_plain_sgd():
     fed = make_federation(data, zero_mlr(), hp, seed=7)
     state = run(ALGORITHMS["fedavg"](), fed, rounds=3)
 
-    # replay the same random stream: per round, client sampling then the batch plan
-    g = torch.Generator().manual_seed(7)
+    # replay the client's stream: round t's first training pass of client 0 (fedbench.engine.streams)
     x, y = data.x.numpy().astype(np.float64), data.y.numpy()
     w, b = np.zeros((3, 5)), np.zeros(3)
-    for _ in range(3):
-        torch.randperm(1, generator=g)
-        plan = make_batch_plan(data.train.counts, hp.epochs, hp.batch_size, g)
+    for t in range(1, 4):
+        plan = make_batch_plan(data.train.counts, hp.epochs, hp.batch_size, client_streams(7, "batches", (t, 0), [0]))
         for batch in plan.client_batches(0):
             rows = data.train.index[0][batch].numpy()
             gw, gb = mlr_gradient(w, b, x[rows], y[rows], 3)
@@ -93,16 +93,16 @@ def test_fedprox_with_mu_zero_is_fedavg():
 
 
 def fedavg_by_hand(data, hp, *, seed, sampled, rounds, mu=0.0):
-    """FedAvg / FedProx in numpy on the federation's random stream: every round ``sampled`` distinct
-    clients (``randperm``, in increasing order), then their batch plan; each runs ``sgd_by_hand`` from
+    """FedAvg / FedProx in numpy on the federation's streams: every round ``sampled`` distinct
+    clients (``randperm`` of round t's sample stream, in increasing order), then their batch plan (each
+    client's stream of round t's first pass); each runs ``sgd_by_hand`` from
     the global model, which becomes the sample-weighted average of their models."""
-    g = torch.Generator().manual_seed(seed)
     x, y = numpy_data(data)
     counts = data.train.counts
     w, b = np.zeros((data.num_classes, x.shape[1])), np.zeros(data.num_classes)
-    for _ in range(rounds):
-        chosen = torch.randperm(len(counts), generator=g)[:sampled].sort().values
-        plan = make_batch_plan(counts[chosen], hp.epochs, hp.batch_size, g)
+    for t in range(1, rounds + 1):
+        chosen = torch.randperm(len(counts), generator=stream(seed, "sample", t, 0))[:sampled].sort().values
+        plan = make_batch_plan(counts[chosen], hp.epochs, hp.batch_size, client_streams(seed, "batches", (t, 0), chosen))
         local = [sgd_by_hand(w, b, x, y, client_batches(data, plan, c, k), hp.lr, mu=mu, momentum=hp.momentum)
                  for c, k in enumerate(chosen.tolist())]
         share = counts[chosen].numpy() / counts[chosen].sum().item()
@@ -149,7 +149,8 @@ def test_train_clients_anchors_the_proximal_term_at_the_given_center():
     clients = torch.tensor([0, 1])
     trained, _ = fed.train_clients(stacked(starts), clients, hp=hp, center=stacked([center, center]))
 
-    plan = make_batch_plan(data.train.counts[clients], hp.epochs, hp.batch_size, torch.Generator().manual_seed(4))
+    plan = make_batch_plan(data.train.counts[clients], hp.epochs, hp.batch_size,  # no round begun: round 0, pass 0
+                           client_streams(4, "batches", (0, 0), clients))
     x, y = numpy_data(data)
     for k in range(2):
         start = tuple(v.astype(np.float64) for v in starts[k])
@@ -164,18 +165,16 @@ def test_train_clients_anchors_the_proximal_term_at_the_given_center():
 def test_local_trains_only_the_sampled_clients_each_on_its_own_data():
     """Local (no federation): a sampled client takes its local epoch (one batch holds all its samples:
     one full-batch gradient step) from its own previous model on its own data; the others keep theirs.
-    Two of three clients a round (participation 2/3), replayed from the federation's stream."""
+    Two of three clients a round (participation 2/3), replayed from the round's sample stream."""
     data = make_data([6, 9, 4])
     hp = LocalSGD(epochs=1, batch_size=16, lr=0.3)
     fed = make_federation(data, zero_mlr(), hp, participation=2 / 3, seed=2)
     state = run(ALGORITHMS["local"](), fed, rounds=5)
     x, y = numpy_data(data)
     models = [(np.zeros((3, 5)), np.zeros(3)) for _ in range(3)]
-    g = torch.Generator().manual_seed(2)
     trained = set()
-    for _ in range(5):
-        chosen = torch.randperm(3, generator=g)[:2].sort().values
-        make_batch_plan(data.train.counts[chosen], hp.epochs, hp.batch_size, g)  # advances the stream
+    for t in range(1, 6):
+        chosen = torch.randperm(3, generator=stream(2, "sample", t, 0))[:2].sort().values  # round t's sample stream
         for k in chosen.tolist():
             rows = data.train.index[k, : data.train.counts[k]].numpy()
             models[k] = sgd_by_hand(*models[k], x, y, [rows], hp.lr)
@@ -212,13 +211,14 @@ def test_weighted_average_by_hand():
 def test_fedavg_plus_scores_each_client_with_the_global_model_finetuned_on_its_data():
     """FedAvg+ (FeMAM, Sec. 5 baselines: FedAvg "with personalized fine-tuning for 2 epochs"): client k is
     scored with the global model after finetune_epochs = 2 epochs of local SGD on its own data, in the
-    evaluation-time stream of round t; the fine-tuning is a copy that never feeds back into training."""
+    clients' fine-tuning streams of round t; the fine-tuning is a copy that never feeds back into training."""
     data = make_data([11, 6, 9], test=2)
     hp = LocalSGD(epochs=1, batch_size=4, lr=0.3)
     plus = ALGORITHMS["fedavg_plus"](finetune_epochs=2)
     fed = make_federation(data, zero_mlr(), hp, participation=2 / 3, seed=5)
     state = plus.init(fed, model_weights(fed.model))
     for t in (1, 2):
+        fed.begin_round(t)
         state, _ = plus.round(fed, state, t)
         tuned = plus.client_models(fed, state, t)  # evaluated between rounds, as the pipeline does
     plain = run(ALGORITHMS["fedavg"](), make_federation(data, zero_mlr(), hp, participation=2 / 3, seed=5), 2)
@@ -227,7 +227,7 @@ def test_fedavg_plus_scores_each_client_with_the_global_model_finetuned_on_its_d
 
     x, y = numpy_data(data)
     start = [state["global"][k].double().numpy() for k in ("1.weight", "1.bias")]
-    plan = make_batch_plan(data.train.counts, 2, hp.batch_size, fed.eval_generator(2))
+    plan = make_batch_plan(data.train.counts, 2, hp.batch_size, client_streams(5, "finetune", (2,), range(3)))
     for k in range(3):
         w, b = sgd_by_hand(*start, x, y, client_batches(data, plan, k, k), hp.lr)
         np.testing.assert_allclose(tuned["1.weight"][k].numpy(), w, atol=1e-5)

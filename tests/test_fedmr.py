@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import make_data, make_federation
+from conftest import Streams, make_data, make_federation
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.fedexp import fedexp_step_size
 from fedbench.algorithms.fedmut import acceleration_rate, mutate
@@ -35,6 +35,7 @@ def tagged(model: nn.Module, m: int) -> dict:
 def run(algorithm, fed, rounds):
     state = algorithm.init(fed, model_weights(fed.model))
     for t in range(1, rounds + 1):
+        fed.begin_round(t)  # as the pipeline does: round t's shared streams
         state, _ = algorithm.round(fed, state, t)
     return state
 
@@ -105,7 +106,8 @@ def test_fedmr_without_recombination_is_fedavg_with_uniform_weights():
 
     replay = make_federation(data, model, hp, participation=0.6, seed=4)
     w = model_weights(model)
-    for _ in range(3):
+    for t in range(1, 4):
+        replay.begin_round(t)
         chosen = replay.sample_clients()
         trained, _ = replay.train_clients(broadcast(w, len(chosen)), chosen)
         w = weighted_average(trained, torch.ones(len(chosen)))
@@ -133,19 +135,19 @@ def test_fedmr_with_one_model_is_sequential_sgd():
     fed = make_federation(data, model, hp, participation=1 / 3, seed=2)
     state = run(ALGORITHMS["fedmr"](), fed, rounds=4)
 
-    g = torch.Generator().manual_seed(2)
+    streams = Streams(2)
     w = model[1].weight.detach().double().clone()
     b = model[1].bias.detach().double().clone()
     x, y = data.x.double(), data.y
-    for _ in range(4):
-        client = int(torch.randperm(3, generator=g)[0])
-        plan = make_batch_plan(data.train.counts[[client]], 1, 4, g)
+    for t in range(1, 5):
+        streams.begin(t)
+        client = int(streams.sample(3, 1)[0])
+        plan = make_batch_plan(data.train.counts[[client]], 1, 4, streams.clients("batches", [client]))
         for batch in plan.client_batches(0):
             rows = data.train.index[client][batch]
             p = torch.softmax(x[rows] @ w.T + b, 1)
             r = p - torch.eye(3, dtype=torch.float64)[y[rows]]
             w, b = w - 0.2 * r.T @ x[rows] / len(rows), b - 0.2 * r.mean(0)
-        torch.randperm(1, generator=g)  # the recombination's permutation of one model
     torch.testing.assert_close(state["global"]["1.weight"].double(), w, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(state["global"]["1.bias"].double(), b, atol=1e-5, rtol=1e-5)
 

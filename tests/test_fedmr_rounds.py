@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import make_data, make_federation
+from conftest import Streams, make_data, make_federation
 from test_fedmr import bn_model
 from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.batches import make_batch_plan
@@ -61,11 +61,11 @@ def train_by_hand(model: nn.Module, data, start: dict, client: int, batches: lis
     return model_weights(net)
 
 
-def sample_and_train(data, model, hp, g, starts: list[dict], m: int) -> tuple[torch.Tensor, list[dict]]:
-    """One round's local work replayed from the stream ``g``: m distinct clients drawn uniformly
-    (increasing order), one batch plan for them, model i trained by the i-th drawn client."""
-    chosen = torch.randperm(data.num_clients, generator=g)[:m].sort().values
-    plan = make_batch_plan(data.train.counts[chosen], hp.epochs, hp.batch_size, g)
+def sample_and_train(data, model, hp, streams: Streams, starts: list[dict], m: int) -> tuple[torch.Tensor, list[dict]]:
+    """One round's local work replayed from the round's shared ``streams``: m distinct clients drawn
+    uniformly (increasing order), their batch plan, model i trained by the i-th drawn client."""
+    chosen = streams.sample(data.num_clients, m)
+    plan = make_batch_plan(data.train.counts[chosen], hp.epochs, hp.batch_size, streams.clients("batches", chosen))
     return chosen, [train_by_hand(model, data, starts[i], int(chosen[i]), plan.client_batches(i), hp) for i in range(m)]
 
 
@@ -75,12 +75,13 @@ def sample_and_train(data, model, hp, g, starts: list[dict], m: int) -> tuple[to
 def replay_fedmr(data, model, hp, seed, rounds, m, first_stage, per_layer):
     """FedMR Alg. 1 by hand: per round (uniform mean, the m next models, the layer permutations).
     Slot j of layer l receives trained model pi_l(j)'s layer; ``per_layer=False`` draws one
-    permutation for the whole model (Indep)."""
-    g = torch.Generator().manual_seed(seed)
+    permutation for the whole model (Indep), from the method's own stream (``fed.generator``)."""
+    g, streams = torch.Generator().manual_seed(seed), Streams(seed)
     models = [model_weights(model)] * m
     out = []
     for t in range(1, rounds + 1):
-        _, trained = sample_and_train(data, model, hp, g, models, m)
+        streams.begin(t)
+        _, trained = sample_and_train(data, model, hp, streams, models, m)
         mean = mean_of(trained)
         if t <= first_stage:  # stage 1: every model restarts from the aggregate
             perms = []
@@ -95,6 +96,7 @@ def replay_fedmr(data, model, hp, seed, rounds, m, first_stage, per_layer):
 def run_against_replay(algorithm, fed, expected, m):
     state = algorithm.init(fed, model_weights(fed.model))
     for t, (mean, models, _) in enumerate(expected, 1):
+        fed.begin_round(t)
         state, _ = algorithm.round(fed, state, t)
         assert_weights_close(state["global"], mean)
         for j in range(m):
@@ -159,13 +161,14 @@ def test_fedmut_round_mutates_around_the_uniform_mean_with_the_acceleration_rate
     radius, acc_rate, bound = 2.0, 0.3, 2
     algorithm = ALGORITHMS["fedmut"](radius=radius, acc_rate=acc_rate, bound=bound)
     state = algorithm.init(fed, model_weights(model))
+    streams = Streams(2)
     for t, rate in zip((1, 2, 3), (0.3, 0.15, 0.0)):
-        g = torch.Generator()
-        g.set_state(fed.generator.get_state())
         starts = [row(state["models"], j) for j in range(m)]
         old = state["global"]
+        fed.begin_round(t)
         state, _ = algorithm.round(fed, state, t)
-        _, trained = sample_and_train(data, model, hp, g, starts, m)
+        streams.begin(t)
+        _, trained = sample_and_train(data, model, hp, streams, starts, m)
         w_glob = mean_of(trained)
         assert_weights_close(state["global"], w_glob)
         delta = {k: w_glob[k] - old[k] for k in w_glob}
@@ -252,22 +255,24 @@ def test_fedexp_round_extrapolates_the_weighted_mean_update(sizes, participation
     data = conflicting_clients(sizes)
     hp = LocalSGD(epochs=3, batch_size=4, lr=1.0)
     model = mlp()
-    fed = make_federation(data, model, hp, participation=participation, seed=3)
+    fed = make_federation(data, model, hp, participation=participation, seed=4)
     epsilon, m = 0.1, max(1, round(participation * len(sizes)))
     algorithm = ALGORITHMS["fedexp"]()  # the code's epsilon = 0.1
     state = algorithm.init(fed, model_weights(model))
-    g = torch.Generator().manual_seed(3)
+    streams = Streams(4)
     names = [n for n, _ in model.named_parameters()]
     counts = data.train.counts.double().numpy()
     for t in (1, 2):
         w = state["global"]
-        chosen, trained = sample_and_train(data, model, hp, g, [w] * m, m)
+        streams.begin(t)
+        chosen, trained = sample_and_train(data, model, hp, streams, [w] * m, m)
         p = counts[chosen.numpy()] / counts.sum()
         deltas = np.stack([flat(v, names) - flat(w, names) for v in trained])
         d_bar = (p[:, None] * deltas).sum(0) / p.sum()
         spread = (p * (deltas**2).sum(1)).sum() / p.sum()
         eta = max(1.0, 0.5 * spread / ((d_bar**2).sum() + epsilon * m))
         assert eta > 1.03  # extrapolation, not averaging
+        fed.begin_round(t)
         state, _ = algorithm.round(fed, state, t)
         assert state["eta"] == pytest.approx(eta, rel=1e-4)
         new = flat(w, names) + eta * d_bar
@@ -296,15 +301,17 @@ def test_clusamp_round_draws_one_client_from_each_cluster_distribution():
     state = algorithm.init(fed, model_weights(model))
     names = [n for n, _ in model.named_parameters()]
     representative = torch.tensor([0.0, 0.1, 5.0, 5.1])[:, None] * torch.ones(4, 18)
-    g = torch.Generator().manual_seed(4)
+    g, streams = torch.Generator().manual_seed(4), Streams(4)  # CluSamp's own draw; the round's batches
     drawn = []
     for t in range(1, 7):
         state = {**state, "gradients": representative.clone()}
         w = state["global"]
         u = torch.rand(2, 1, generator=g, dtype=torch.float64).flatten()
         chosen = [0 if u[0] <= 0.6 else 1, 2 if u[1] <= 0.5 else 3]
-        plan = make_batch_plan(data.train.counts[chosen], hp.epochs, hp.batch_size, g)
+        streams.begin(t)
+        plan = make_batch_plan(data.train.counts[chosen], hp.epochs, hp.batch_size, streams.clients("batches", chosen))
         trained = [train_by_hand(model, data, w, c, plan.client_batches(i), hp) for i, c in enumerate(chosen)]
+        fed.begin_round(t)
         state, _ = algorithm.round(fed, state, t)
         assert_weights_close(state["global"], mean_of(trained, [sizes[c] for c in chosen]))
         for i, c in enumerate(chosen):
@@ -364,26 +371,31 @@ def test_fedgen_rounds_train_the_generator_then_regularise_the_client_step():
     generator = copy.deepcopy(state["generator"])
     untrained = model_weights(generator)
     g = torch.Generator()
-    g.set_state(fed.generator.get_state())
+    g.set_state(fed.generator.get_state())  # FedGen's own draws (its generator's labels and noise)
+    streams = Streams(5)  # the rounds' samples and batches
 
     w = state["global"]
-    chosen, trained = sample_and_train(data, model, hp, g, [w, w], 2)
+    streams.begin(1)
+    chosen, trained = sample_and_train(data, model, hp, streams, [w, w], 2)
     heads = (torch.stack([t["3.weight"] for t in trained]), torch.stack([t["3.bias"] for t in trained]))
     train_generator_by_hand(generator, heads, label_counts(data, chosen.tolist()), g, 3, batch, noise_dim, lr_g)
+    fed.begin_round(1)
     state, _ = algorithm.round(fed, state, 1)
     assert_weights_close(state["global"], mean_of(trained))
     assert_weights_close(model_weights(state["generator"]), model_weights(generator), atol=1e-6)
     assert max(float((v - untrained[k]).abs().max()) for k, v in model_weights(generator).items()) > 1e-2
 
     w = state["global"]
-    chosen = torch.randperm(3, generator=g)[:2].sort().values
-    plan = make_batch_plan(data.train.counts[chosen], 1, batch, g)
+    streams.begin(2)
+    chosen = streams.sample(3, 2)
+    plan = make_batch_plan(data.train.counts[chosen], 1, batch, streams.clients("batches", chosen))
     xy = [client_rows(data, int(c), plan.client_batches(i)[0]) for i, c in enumerate(chosen)]
     generator.eval()
     with torch.no_grad():  # the generated head inputs of the step, both clients' rows drawn at once
         z = generator(torch.cat([y for _, y in xy]), torch.rand(2 * batch, noise_dim, generator=g)).view(2, batch, -1)
         y_hat = torch.randint(3, (2, batch), generator=g)
         z_hat = generator(y_hat.flatten(), torch.rand(2 * batch, noise_dim, generator=g)).view(2, batch, -1)
+    fed.begin_round(2)
     state, _ = algorithm.round(fed, state, 2)
 
     plain, regularised, moved = [], [], 0.0
@@ -424,12 +436,14 @@ def test_fedasam_round_takes_adaptive_sharpness_aware_steps(sizes, participation
     rho, eta = 0.5, 0.01
     algorithm = ALGORITHMS["fedasam"](rho=rho, eta=eta)
     state = algorithm.init(fed, model_weights(model))
+    fed.begin_round(1)
     state, _ = algorithm.round(fed, state, 1)
 
-    g = torch.Generator().manual_seed(6)
+    streams = Streams(6)
+    streams.begin(1)
     m = max(1, round(participation * len(sizes)))
-    chosen = torch.randperm(len(sizes), generator=g)[:m].sort().values
-    plan = make_batch_plan(data.train.counts[chosen], 1, 6, g)
+    chosen = streams.sample(len(sizes), m)
+    plan = make_batch_plan(data.train.counts[chosen], 1, 6, streams.clients("batches", chosen))
     trained, sam_moved_further = [], 0.0
     for i, client in enumerate(chosen.tolist()):
         net = copy.deepcopy(model)

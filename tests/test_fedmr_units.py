@@ -19,7 +19,8 @@ from scipy.spatial.distance import squareform
 from torch import nn
 from torch.func import functional_call
 
-from conftest import make_data, make_federation
+from conftest import Streams, make_data, make_federation
+from fedbench.engine.streams import stream
 from test_fedmr import bn_model
 from test_fedmr_rounds import (FEDMR_DATA, FEDMR_HP, conflicting_clients, label_counts, mlp, replay_fedmr,
                                run_against_replay, sample_and_train)
@@ -493,14 +494,12 @@ def test_fedmr_init_state():
 
 def test_sample_distinct_draws_count_clients_from_the_federation_stream():
     """``sample_distinct``: ``count`` distinct clients, the first ``count`` of a uniform permutation of
-    the K clients drawn from the federation's generator, sorted; all K at most; no count means the
-    federation's own sampling (max(1, round(rho K)))."""
+    the K clients drawn from the round's sample stream, sorted; all K at most; no count means the
+    federation's own sampling (max(1, round(rho K))).  No round begun: round 0, the draws numbered 0, 1, 2."""
     fed = make_federation(make_data([4, 4, 4, 4, 4]), mlp(), HP, 0.4, seed=9)
-    g = copy_of(fed.generator)
-    assert sample_distinct(fed, 3).tolist() == sorted(torch.randperm(5, generator=g)[:3].tolist())
+    assert sample_distinct(fed, 3).tolist() == sorted(torch.randperm(5, generator=stream(9, "sample", 0, 0))[:3].tolist())
     assert sample_distinct(fed, 5).tolist() == [0, 1, 2, 3, 4]
-    torch.randperm(5, generator=g)
-    assert sample_distinct(fed, None).tolist() == sorted(torch.randperm(5, generator=g)[:2].tolist())
+    assert sample_distinct(fed, None).tolist() == sorted(torch.randperm(5, generator=stream(9, "sample", 0, 2))[:2].tolist())
     with pytest.raises(ValueError, match="m = 6 exceeds the number of clients"):
         sample_distinct(fed, 6)
 
@@ -774,12 +773,15 @@ def test_fedgen_trains_its_generator_on_the_labels_present_and_records_the_last_
     state = algorithm.init(fed, model_weights(model))
     generator = copy.deepcopy(state["generator"])
     state["generator"].eval()
-    g = copy_of(fed.generator)
-    chosen, trained = sample_and_train(data, model, hp, g, [state["global"]] * 2, 2)
+    g = copy_of(fed.generator)  # FedGen's own draws
+    streams = Streams(13)
+    streams.begin(1)
+    chosen, trained = sample_and_train(data, model, hp, streams, [state["global"]] * 2, 2)
     counts = label_counts(data, chosen.tolist())
     torch.testing.assert_close(counts, torch.tensor([[6.0, 0, 0], [4, 0, 1]], dtype=torch.float64))
     heads = (torch.stack([t["3.weight"] for t in trained]), torch.stack([t["3.bias"] for t in trained]))
     losses = generator_steps_by_hand(generator, heads, counts, g, 3, 8, 4, 1e-2)
+    fed.begin_round(1)
     state, _ = algorithm.round(fed, state, 1)
     for k, v in model_weights(generator).items():
         torch.testing.assert_close(state["generator"].state_dict()[k], v, atol=1e-6, rtol=1e-5)

@@ -48,6 +48,7 @@ def run(name_or_alg, fed, rounds, **params):
     alg = ALGORITHMS[name_or_alg](**params) if isinstance(name_or_alg, str) else name_or_alg
     state = alg.init(fed, model_weights(fed.model))
     for t in range(1, rounds + 1):
+        fed.begin_round(t)  # as the pipeline does: round t's shared streams
         state, _ = alg.round(fed, state, t)
     return alg, state
 
@@ -640,7 +641,7 @@ def test_eq9_pruning_compares_the_final_models_with_and_without_the_level():
     """FeMAM Eq. (9) (``pruning: eq9``): the decision compares each client's validation loss with and
     without the newest level at convergence, not the code's windowed means of earlier rounds (which,
     with a window of 3 rounds, would decide differently here)."""
-    fed = federation()
+    fed = federation(seed=5)
     alg, state = run("femam", fed, 6, structure=["global", "personal"], init_rounds=3, window=3, threshold=1e9)
     assert state["added"] == [0, 3] and state["complete"]
     keep = []

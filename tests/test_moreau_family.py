@@ -8,7 +8,8 @@ minibatches through the real oracle and replay them client by client with plain 
 import numpy as np
 import pytest
 import torch
-from conftest import ce_gradient, make_data, make_federation
+from conftest import Streams, ce_gradient, make_data, make_federation
+from fedbench.engine.streams import client_streams
 from torch import nn
 
 from fedbench.algorithms import ALGORITHMS
@@ -343,11 +344,6 @@ def step(params, grads, lr):
     return {n: params[n] - lr * grads[n] for n in params}
 
 
-def sample(generator, sampled=2):
-    """The federation's client sampling replayed: ``sampled`` distinct clients, increasing order."""
-    return torch.randperm(len(SIZES), generator=generator)[:sampled].sort().values
-
-
 def draw_rows(data, fed, split, steps, clients, generator):
     """Row indices [steps, C, B] of the minibatches the oracle draws (``MinibatchGradients.draw``,
     pinned in test_device_gradient.py) from ``generator``."""
@@ -372,13 +368,15 @@ def test_pfedme_rounds_by_hand_on_real_minibatches():
     algo = ALGORITHMS["pfedme"](lam=lam, personal_lr=pl, inner_steps=K, local_steps=R, beta=beta)
     state = algo.init(fed, initial)
     for t in (1, 2):
+        fed.begin_round(t)
         state, loss = algo.round(fed, state, t)
 
-    g = torch.Generator().manual_seed(4)
+    streams = Streams(4)
     x = dict(initial)
     everyone = torch.arange(len(SIZES))
-    for _ in (1, 2):
-        rows = draw_rows(data, fed, data.train, R, everyone, g)
+    for t in (1, 2):
+        streams.begin(t)
+        rows = draw_rows(data, fed, data.train, R, everyone, streams.clients("minibatches", everyone))
         w, theta = [dict(x) for _ in SIZES], [dict(x) for _ in SIZES]
         expected_loss = torch.zeros(len(SIZES))  # each client's mean minibatch loss over its K * R personal steps
         for i in everyone.tolist():
@@ -389,7 +387,7 @@ def test_pfedme_rounds_by_hand_on_real_minibatches():
                     expected_loss[i] += value / (K * R)
                     theta[i] = {n: theta[i][n] - pl * (grad[n] + lam * (theta[i][n] - w[i][n])) for n in x}
                 w[i] = {n: w[i][n] - eta * lam * (w[i][n] - theta[i][n]) for n in x}
-        chosen = sample(g)
+        chosen = streams.sample(len(SIZES), 2)
         average = weighted([w[i] for i in chosen.tolist()], chosen)
         x = {n: (1 - beta) * x[n] + beta * average[n] for n in x}
     torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
@@ -410,13 +408,15 @@ def test_perfedavg_rounds_and_adaptation_by_hand_on_real_minibatches():
     algo = ALGORITHMS["perfedavg"](beta=beta, local_steps=R)
     state = algo.init(fed, initial)
     for t in (1, 2):
+        fed.begin_round(t)
         state, loss = algo.round(fed, state, t)
 
-    g = torch.Generator().manual_seed(4)
+    streams = Streams(4)
     x = dict(initial)
-    for _ in (1, 2):
-        chosen = sample(g)
-        rows = draw_rows(data, fed, data.train, 2 * R, chosen, g)
+    for t in (1, 2):
+        streams.begin(t)
+        chosen = streams.sample(len(SIZES), 2)
+        rows = draw_rows(data, fed, data.train, 2 * R, chosen, streams.clients("minibatches", chosen))
         models, expected_loss = [], torch.zeros(len(chosen))  # each sampled client's mean inner-step loss over R
         for c in range(len(chosen)):
             theta = dict(x)
@@ -434,7 +434,7 @@ def test_perfedavg_rounds_and_adaptation_by_hand_on_real_minibatches():
 
     everyone = torch.arange(len(SIZES))
     for adaptation, split, lrs in (("paper", data.train, (alpha,)), ("code", data.test, (alpha, beta))):
-        rows = draw_rows(data, fed, split, len(lrs), everyone, fed.eval_generator(2))
+        rows = draw_rows(data, fed, split, len(lrs), everyone, client_streams(4, "finetune", (2,), everyone))
         personal = ALGORITHMS["perfedavg"](beta=beta, local_steps=R, adaptation=adaptation).client_models(fed, state, 2)
         for i in everyone.tolist():
             theta = dict(x)
@@ -453,13 +453,15 @@ def test_fedavg_in_steps_rounds_by_hand_on_real_minibatches():
     algo = ALGORITHMS["fedavg"](local_steps=R)
     state = algo.init(fed, initial)
     for t in (1, 2):
+        fed.begin_round(t)
         state, _ = algo.round(fed, state, t)
 
-    g = torch.Generator().manual_seed(4)
+    streams = Streams(4)
     x = dict(initial)
-    for _ in (1, 2):
-        chosen = sample(g)
-        rows = draw_rows(data, fed, data.train, R, chosen, g)
+    for t in (1, 2):
+        streams.begin(t)
+        chosen = streams.sample(len(SIZES), 2)
+        rows = draw_rows(data, fed, data.train, R, chosen, streams.clients("minibatches", chosen))
         models = []
         for c in range(len(chosen)):
             theta = dict(x)
@@ -500,23 +502,25 @@ def test_batchnorm_running_statistics_follow_each_clients_forwards_and_the_serve
             "pfedmt": lambda: ALGORITHMS["pfedmt"](team_iterations=K, local_iterations=R)}[method]()
     state = algo.init(fed, model_weights(model))
     for t in (1, 2):
+        fed.begin_round(t)
         state, _ = algo.round(fed, state, t)
 
-    g = torch.Generator().manual_seed(4)
+    streams = Streams(4)
     everyone = torch.arange(len(SIZES))
     mean, var, count = torch.zeros(5), torch.ones(5), 0
-    for _ in (1, 2):
+    for t in (1, 2):
+        streams.begin(t)
         if method == "pfedme":  # every client trains; the server samples after the local work
-            rows = draw_rows(data, fed, data.train, R, everyone, g)
+            rows = draw_rows(data, fed, data.train, R, everyone, streams.clients("minibatches", everyone))
             clients, forwards = everyone, [rows[r] for r in range(R) for _ in range(K)]
-            chosen = sample(g)
+            chosen = streams.sample(len(SIZES), 2)
         elif method == "pfedmt":  # every device, one fresh draw per team iteration
-            rows = [draw_rows(data, fed, data.train, R, everyone, g) for _ in range(K)]
+            rows = [draw_rows(data, fed, data.train, R, everyone, streams.clients("minibatches", everyone)) for _ in range(K)]
             clients, forwards = everyone, [r[l] for r in rows for l in range(R)]
             chosen = everyone
         else:
-            clients = chosen = sample(g)
-            rows = draw_rows(data, fed, data.train, (2 if method == "perfedavg" else 1) * R, chosen, g)
+            clients = chosen = streams.sample(len(SIZES), 2)
+            rows = draw_rows(data, fed, data.train, (2 if method == "perfedavg" else 1) * R, chosen, streams.clients("minibatches", chosen))
             forwards = list(rows)
         own = [running_statistics_by_hand([data.x[f[c]] for f in forwards], mean, var) for c in range(len(clients))]
         count += len(forwards)
@@ -534,7 +538,7 @@ def test_batchnorm_running_statistics_follow_each_clients_forwards_and_the_serve
         torch.testing.assert_close(personal["0.running_mean"], torch.stack([m for m, _ in own]), atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(personal["0.running_var"], torch.stack([v for _, v in own]), atol=1e-5, rtol=1e-4)
     if method == "perfedavg":  # the adapted copies: one forward on a training minibatch from the global model
-        rows = draw_rows(data, fed, data.train, 1, everyone, fed.eval_generator(2))
+        rows = draw_rows(data, fed, data.train, 1, everyone, client_streams(4, "finetune", (2,), everyone))
         adapted = algo.client_models(fed, state, 2)
         for i in everyone.tolist():
             m, v = running_statistics_by_hand([data.x[rows[0, i]]], mean, var)

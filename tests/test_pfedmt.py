@@ -4,7 +4,7 @@ federation replayed device by device on real minibatches."""
 import numpy as np
 import pytest
 import torch
-from conftest import ce_gradient, make_data, make_federation
+from conftest import Streams, ce_gradient, make_data, make_federation
 from torch import nn
 
 from fedbench.algorithms.pfedmt import (
@@ -224,14 +224,15 @@ def pfedmt_by_hand(fed, x, team, rounds, hp, weighting, global_step):
         delta = {j: 1 / len(members[team[j]]) for j in range(len(team))}
         tau = {i: 1 / len(teams) for i in teams}
     oracle = MinibatchGradients(fed.model, data, data.train, fed.local.batch_size)
-    g, everyone = torch.Generator().manual_seed(fed.seed), torch.arange(len(team))
+    streams, everyone = Streams(fed.seed), torch.arange(len(team))
     a, eta, lam, gamma, beta = (hp[k] for k in ("alpha", "eta", "lam", "gamma", "beta"))
     device_lam = hp.get("device_lam", lam)  # Eq. (10)'s coupling; the team step (Eq. 7) keeps lam
-    for _ in range(rounds):
+    for t in range(1, rounds + 1):
+        streams.begin(t)
         loss = torch.zeros(len(team))  # mean device loss over the round's K * L steps
         w = {i: dict(x) for i in teams}  # line 2: w_i^{t,0} = x^t
         for _ in range(hp["team_iterations"]):
-            rows = oracle.draw(hp["local_iterations"], everyone, g).rows
+            rows = oracle.draw(hp["local_iterations"], everyone, streams.clients("minibatches", everyone)).rows
             theta = [dict(w[team[j]]) for j in everyone]  # line 4
             for j in everyone.tolist():
                 for l in range(hp["local_iterations"]):  # line 6 / Eq. (10)
@@ -271,6 +272,7 @@ def test_rounds_through_the_federation_by_hand(teams, weighting, global_step):
     initial = model_weights(model)
     state = algo.init(fed, initial)
     for t in (1, 2):
+        fed.begin_round(t)
         state, loss = algo.round(fed, state, t)
 
     team = [0] * 5 if teams is None else teams
@@ -294,6 +296,7 @@ def two_uniform_rounds(sizes: list[int], hp: dict, seed: int):
     initial = model_weights(model)
     state = algo.init(fed, initial)
     for t in (1, 2):
+        fed.begin_round(t)
         state, loss = algo.round(fed, state, t)
     return fed, algo, state, loss, initial, teams
 
@@ -392,7 +395,7 @@ def test_device_lambda_through_the_federation_by_hand():
         torch.testing.assert_close(algo.client_models(fed, state, 2)[p], torch.stack([th[p] for th in theta]), atol=1e-5, rtol=1e-4)
     firsts = []
     for device_lam in (3.0, None):  # the same minibatches: only the device step's lambda differs
-        fed.generator.manual_seed(3)
+        fed.begin_round(1)
         one = ALGORITHMS["pfedmt"](**{**hp, "device_lam": device_lam}, weighting="uniform")
         firsts.append(one.round(fed, one.init(fed, initial), 1)[0]["global"]["1.weight"])
     assert not torch.allclose(*firsts)

@@ -9,7 +9,7 @@ import inspect
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -17,11 +17,12 @@ from torch import nn
 
 from fedbench.registry.algorithms import ALGORITHMS, PlanContext, returned_class
 from fedbench.registry.workload import Clustering, Workload, sampled_local_epochs  # noqa: F401  (Clustering, Workload: what a plugin declares)
-from fedbench.engine.batches import make_batch_plan
+from fedbench.engine.batches import BatchPlan, make_batch_plan
 from fedbench.engine.device_gradient import MinibatchGradients, client_buffers
 from fedbench.engine.federated_data import FederatedData
 from fedbench.engine.local_sgd import LocalSGD
 from fedbench.engine.numerics import FP32, Numerics
+from fedbench.engine.streams import client_streams, stream, stream_seed
 from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.trainer import Trainer
 from fedbench.engine.weights import Weights, broadcast, parameter_names, rows, weighted_average
@@ -42,8 +43,14 @@ BN_AGGREGATION = {
 class Federation:
     """The simulated federation of one cell: model template, data, trainer, and the round's randomness.
 
-    ``generator`` drives client sampling and batch order of training; ``eval_generator(t)``
-    gives evaluation-time randomness (e.g. FedAvg+'s fine-tuning) that does not perturb training.
+    Common random numbers (:mod:`fedbench.engine.streams`): the clients sampled in a round, each
+    client's batch order and minibatches, the fine-tuning before evaluation and torch's global
+    generator (dropout) come from streams keyed by the seed, the round (:meth:`begin_round`), the
+    draw's number within the round and the client, so two methods on one seed sample the same
+    clients and visit the same batches.  ``generator`` is the method's own stream (initialisations,
+    shuffles, noise), which no shared draw touches.  Without :meth:`begin_round` (a caller driving rounds by hand)
+    the draws are numbered over the whole run instead of within each round: still distinct and
+    reproducible.
     """
 
     model: nn.Module
@@ -62,6 +69,9 @@ class Federation:
     # the clients the last :meth:`sample_clients` drew (None: none drawn since the pipeline reset it
     # before the round); read by the default :meth:`Algorithm.communication`
     sampled: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
+    current_round: int = field(default=0, init=False, repr=False, compare=False)  # what begin_round last started
+    # the shared draws of each purpose so far in this round (their number is part of their stream's key)
+    draws: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.bn_aggregation not in BN_AGGREGATION:
@@ -75,15 +85,50 @@ class Federation:
     def device(self) -> torch.device:
         return self.data.x.device
 
-    def eval_generator(self, round_: int) -> torch.Generator:
-        return torch.Generator().manual_seed(self.seed * 1_000_003 + round_)
+    def begin_round(self, round_: int) -> None:
+        """Start round ``round_``: the shared draws are numbered from 0 again and torch's global
+        generator is set to the round's stream (dropout masks), whatever the last round drew."""
+        self.current_round, self.draws = int(round_), {}
+        torch.manual_seed(stream_seed(self.seed, "torch", self.current_round))
+
+    def _draw_number(self, purpose: str) -> int:
+        number = self.draws.get(purpose, 0)
+        self.draws[purpose] = number + 1
+        return number
+
+    def shared_stream(self, purpose: str) -> torch.Generator:
+        """The next shared stream of ``purpose`` in this round (e.g. ``sample``: the round's clients)."""
+        return stream(self.seed, purpose, self.current_round, self._draw_number(purpose))
+
+    def client_streams(self, purpose: str, clients: torch.Tensor) -> list[torch.Generator]:
+        """The next shared draw of ``purpose`` in this round, one stream per client of ``clients``
+        keyed by its index in the federation (``batches``, ``minibatches``)."""
+        return client_streams(self.seed, purpose, (self.current_round, self._draw_number(purpose)), clients.cpu())
 
     def sample_clients(self) -> torch.Tensor:
-        """max(1, round(rho * K)) distinct clients, uniformly at random, in increasing order."""
+        """max(1, round(rho * K)) distinct clients, uniformly at random, in increasing order (the
+        round's ``sample`` stream)."""
         m = max(1, round(self.participation * self.num_clients))
-        chosen = torch.randperm(self.num_clients, generator=self.generator)[:m]
+        return self.sample_distinct(m)
+
+    def sample_distinct(self, m: int) -> torch.Tensor:
+        """``m`` distinct clients, uniformly at random, in increasing order, from the round's
+        ``sample`` stream: the first m of one permutation, so that a method sampling m and one
+        sampling m' > m share the m' method's first m draws."""
+        chosen = torch.randperm(self.num_clients, generator=self.shared_stream("sample"))[:m]
         self.sampled = chosen.sort().values.to(self.device)
         return self.sampled
+
+    def finetune_streams(self, round_: int, clients: torch.Tensor) -> list[torch.Generator]:
+        """Each client's ``finetune`` stream of round ``round_``: its draws when it adapts a model before
+        evaluation (:meth:`finetune`, Per-FedAvg's step), apart from training's and alike for every method."""
+        return client_streams(self.seed, "finetune", (round_,), clients.cpu())
+
+    def batch_plan(self, clients: torch.Tensor, epochs: int, batch_size: int) -> BatchPlan:
+        """The batch order of ``clients``'s next local-training pass of this round, each client's
+        from its own ``batches`` stream."""
+        counts = self.data.train.counts[clients]
+        return make_batch_plan(counts, epochs, batch_size, self.client_streams("batches", clients))
 
     def model_bytes(self, weights: Weights | None = None, stacked: bool = False) -> int:
         """Bytes of one model as the server and a client exchange it: every state-dict entry of
@@ -99,12 +144,15 @@ class Federation:
         clients: torch.Tensor,
         hp: LocalSGD | None = None,
         center: Weights | None = None,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
     ) -> tuple[Weights, torch.Tensor]:
-        """Local SGD from stacked ``start`` for ``clients`` (all at once); returns weights and mean losses."""
+        """Local SGD from stacked ``start`` for ``clients`` (all at once); returns weights and mean losses.
+        The batch order: :meth:`batch_plan`'s, or drawn from ``generator`` where one is given."""
         hp = hp or self.local
-        counts = self.data.train.counts[clients]
-        plan = make_batch_plan(counts, hp.epochs, hp.batch_size, generator or self.generator)
+        if generator is None:
+            plan = self.batch_plan(clients, hp.epochs, hp.batch_size)
+        else:
+            plan = make_batch_plan(self.data.train.counts[clients], hp.epochs, hp.batch_size, generator)
         return self.trainer.train(start, clients, plan, hp, center)
 
     def minibatch_gradients(self, split: str = "train") -> MinibatchGradients:
@@ -128,7 +176,7 @@ class Federation:
         names = parameter_names(self.model)
         theta = {n: start[n].clone() for n in names}
         buffers = {k: v.clone() for k, v in start.items() if k not in theta}  # each client's own, moved by its forwards
-        batches = oracle.draw(steps, clients, self.generator)
+        batches = oracle.draw(steps, clients, self.client_streams("minibatches", clients))
         loss_sum = torch.zeros(len(clients), device=self.device)
         step = oracle.recurring(  # in place on theta, buffers, loss_sum (a CUDA graph on CUDA)
             lambda x, y: oracle.step(theta, (x, y), clients, buffers, lr=self.local.lr, loss_sum=loss_sum), steps)
@@ -138,13 +186,14 @@ class Federation:
         return {**start, **theta, **buffers}, loss_sum / max(steps, 1)
 
     def finetune(self, models: Weights, epochs: int, round_: int) -> Weights:
-        """Every client fine-tunes its row of ``models`` for ``epochs`` local epochs on a copy, with
-        evaluation-time randomness (the "+" variants: FedAvg+, FeSEM+; FeMAM Sec. 5)."""
+        """Every client fine-tunes its row of ``models`` for ``epochs`` local epochs on a copy, each
+        client's batches from its ``finetune`` stream of round ``round_`` (the "+" variants: FedAvg+,
+        FeSEM+; FeMAM Sec. 5): the same for every method, and apart from training's."""
         if not epochs:
             return models
         everyone = torch.arange(self.num_clients, device=self.device)
         hp = self.with_local(epochs=epochs, prox_mu=0.0)
-        tuned, _ = self.train_clients(models, everyone, hp=hp, generator=self.eval_generator(round_))
+        tuned, _ = self.train_clients(models, everyone, hp=hp, generator=self.finetune_streams(round_, everyone))
         return tuned
 
     def average(self, stacked: Weights, clients: torch.Tensor) -> Weights:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
-from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.sam_step import asam_step
@@ -31,7 +30,7 @@ class FedASAM(Algorithm):
 
     def round(self, fed: Federation, state: dict, round_: int):
         chosen = fed.sample_clients()
-        plan = make_batch_plan(fed.data.train.counts[chosen], fed.local.epochs, fed.local.batch_size, fed.generator)
+        plan = fed.batch_plan(chosen, fed.local.epochs, fed.local.batch_size)
         start = broadcast(state["global"], len(chosen))
         step = asam_step(fed.model, self.rho, self.eta)
         trained, loss = train_with_gradient(fed.model, fed.data, start, chosen, plan, fed.local, step, fed.numerics)

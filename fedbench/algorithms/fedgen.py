@@ -30,7 +30,6 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Federation
-from fedbench.engine.batches import make_batch_plan
 from fedbench.engine.custom_step import train_with_gradient
 from fedbench.engine.numerics import VMAP_LAYOUT as VMAP
 from fedbench.engine.traffic import Traffic, weights_bytes
@@ -134,7 +133,7 @@ class FedGen(Algorithm):
         start = broadcast(state["global"], len(chosen))
         if state["trained_generator"]:
             step = self._client_gradient(fed, state, round_)
-            plan = make_batch_plan(fed.data.train.counts[chosen], fed.local.epochs, fed.local.batch_size, fed.generator)
+            plan = fed.batch_plan(chosen, fed.local.epochs, fed.local.batch_size)
             trained, loss = train_with_gradient(fed.model, fed.data, start, chosen, plan, fed.local, step, fed.numerics)
         else:
             trained, loss = fed.train_clients(start, chosen)

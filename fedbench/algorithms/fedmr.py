@@ -44,9 +44,7 @@ def sample_distinct(fed: Federation, count: int | None) -> torch.Tensor:
         return fed.sample_clients()
     if count > fed.num_clients:
         raise ValueError(f"number of intermediate models m = {count} exceeds the number of clients ({fed.num_clients})")
-    chosen = torch.randperm(fed.num_clients, generator=fed.generator)[:count]
-    fed.sampled = chosen.sort().values.to(fed.device)  # the round's clients, for the byte count
-    return fed.sampled
+    return fed.sample_distinct(count)  # the round's sample stream, as every method's
 
 
 @dataclass(frozen=True)

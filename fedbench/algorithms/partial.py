@@ -41,12 +41,14 @@ def train_module(
     generator: torch.Generator | None = None,
     frozen_key=None,
 ) -> tuple[Weights, torch.Tensor]:
-    """``fed.train_clients`` with another trainer: the same batch plan drawn from ``generator``
-    (default ``fed.generator``) for ``clients`` from the stacked ``start`` (keys of the trainer's module).
+    """``fed.train_clients`` with another trainer: the same batch plan (:meth:`Federation.batch_plan`'s, or
+    drawn from ``generator`` where one is given) for ``clients`` from the stacked ``start`` (keys of the trainer's module).
     ``frozen_key``: identifies the frozen levels of FeMAM's additive model (passed to a trainer
     that tabulates them, :mod:`fedbench.engine.frozen_levels`)."""
-    counts = fed.data.train.counts[clients]
-    plan = make_batch_plan(counts, hp.epochs, hp.batch_size, generator or fed.generator)
+    if generator is None:
+        plan = fed.batch_plan(clients, hp.epochs, hp.batch_size)
+    else:
+        plan = make_batch_plan(fed.data.train.counts[clients], hp.epochs, hp.batch_size, generator)
     if frozen_key is not None and trainer.frozen_levels is not None:
         return trainer.train(start, clients, plan, hp, center, frozen_key=frozen_key)
     return trainer.train(start, clients, plan, hp, center)

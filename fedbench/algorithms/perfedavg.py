@@ -67,7 +67,7 @@ class PerFedAvg(Algorithm):
         oracle = fed.minibatch_gradients()
         theta = broadcast({n: x[n] for n in names}, len(chosen))
         buffers = fed.client_buffers(x, len(chosen))  # running statistics: both forwards of a step move them
-        batches = oracle.draw(2 * self.local_steps, chosen, fed.generator)
+        batches = oracle.draw(2 * self.local_steps, chosen, fed.client_streams("minibatches", chosen))
         loss_sum = torch.zeros(len(chosen), device=fed.device)
         temp = {n: torch.empty_like(v) for n, v in theta.items()}
 
@@ -89,7 +89,7 @@ class PerFedAvg(Algorithm):
         everyone = torch.arange(fed.num_clients, device=fed.device)
         split, steps = ("train", (fed.local.lr,)) if self.adaptation == "paper" else ("test", (fed.local.lr, self.beta))
         oracle = fed.minibatch_gradients(split=split)
-        batches = oracle.draw(len(steps), everyone, fed.eval_generator(round_))
+        batches = oracle.draw(len(steps), everyone, fed.finetune_streams(round_, everyone))
         theta = broadcast({n: x[n] for n in names}, fed.num_clients)
         buffers = fed.client_buffers(x, fed.num_clients)
         with torch.no_grad():

@@ -86,7 +86,7 @@ class PFedMe(Algorithm):
         theta = {n: v.clone() for n, v in w.items()}
         buffers = fed.client_buffers(x, fed.num_clients)  # each client's running statistics, moved by its forwards
         th, wl = list(theta.values()), list(w.values())
-        batches = oracle.draw(self.local_steps, everyone, fed.generator)
+        batches = oracle.draw(self.local_steps, everyone, fed.client_streams("minibatches", everyone))
         loss_sum = torch.zeros(fed.num_clients, device=fed.device)
         pull, eta = self.personal_lr * self.lam, fed.local.lr * self.lam
 

@@ -21,7 +21,7 @@ Fidelity choices (see docs/original_code_notes.md §3.2-3.3):
   ``pFedMeOptimizer`` uses at the device level is ``local_epochs`` (L = 20), while the team step
   uses lam (15): the code's reading is ``device_lam: 20``;
 * one local iteration = ONE minibatch of ``fed.local.batch_size`` rows, drawn uniformly *with
-  replacement* from the device's training rows with ``fed.generator`` (the code cycles an
+  replacement* from the device's training rows, from its own ``minibatches`` stream (the code cycles an
   unshuffled DataLoader; with-replacement draws keep the sampling stateless across rounds).
   A device without training rows contributes no data gradient (only the proximal pull);
 * plain gradient steps (``fed.local.lr``/momentum are not used: alpha, eta, beta are pFedMT's
@@ -193,7 +193,7 @@ def minibatch_device_gradient(fed: Federation, single: Weights, local_iterations
     def gradient(theta: Weights, k: int, l: int):
         nonlocal batches
         if l == 0:
-            batches = oracle.draw(local_iterations, everyone, fed.generator)
+            batches = oracle.draw(local_iterations, everyone, fed.client_streams("minibatches", everyone))
         return oracle(theta, batches[l], everyone, buffers)
 
     return gradient, buffers
@@ -213,7 +213,7 @@ def minibatch_device_step(
     def step(theta: Weights, anchor: Weights, loss_sum: torch.Tensor, k: int, l: int) -> bool:
         nonlocal batches, bound, run
         if l == 0:
-            batches = oracle.draw(local_iterations, everyone, fed.generator)
+            batches = oracle.draw(local_iterations, everyone, fed.client_streams("minibatches", everyone))
         if bound is None or any(a is not b for a, b in zip(bound, (theta, anchor, loss_sum))):  # bound once a round
             bound = (theta, anchor, loss_sum)
             run = oracle.recurring(lambda x, y: oracle.step(theta, (x, y), everyone, buffers, lr=alpha, decay=alpha * dlam,

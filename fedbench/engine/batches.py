@@ -10,6 +10,7 @@ step counts and BatchNorm sub-steps all see the batch a client can actually form
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -47,12 +48,22 @@ def effective_batch(batch_size: int, counts) -> int:
     return max(1, min(int(batch_size), largest))
 
 
-def make_batch_plan(counts: torch.Tensor, epochs: int, batch_size: int, generator: torch.Generator) -> BatchPlan:
-    """Draw independent per-client, per-epoch permutations from ``generator`` (on the CPU, so
-    the plan is the same whatever device trains); the plan's batch is :func:`effective_batch`."""
+def make_batch_plan(counts: torch.Tensor, epochs: int, batch_size: int,
+                    generator: torch.Generator | Sequence[torch.Generator]) -> BatchPlan:
+    """Draw independent per-client, per-epoch permutations (on the CPU, so the plan is the same
+    whatever device trains); the plan's batch is :func:`effective_batch`.  ``generator``: one for
+    every client's draws, or one per client (:func:`fedbench.engine.streams.client_streams`), so
+    that a client's order depends on its own stream only, not on which other clients train."""
     counts = counts.cpu()
     n_max = max(int(counts.max()) if len(counts) else 0, 1)
-    keys = torch.rand(len(counts), epochs, n_max, generator=generator, dtype=torch.float64)
+    if isinstance(generator, torch.Generator):
+        keys = torch.rand(len(counts), epochs, n_max, generator=generator, dtype=torch.float64)
+    else:
+        if len(generator) != len(counts):
+            raise ValueError(f"{len(generator)} generators for {len(counts)} clients")
+        keys = torch.ones(len(counts), epochs, n_max, dtype=torch.float64)
+        for c, (g, n) in enumerate(zip(generator, counts.tolist())):  # (epochs, n_c): nothing of n_max
+            keys[c, :, :n] = torch.rand(epochs, n, generator=g, dtype=torch.float64)
     keys.masked_fill_(torch.arange(n_max) >= counts[:, None, None], 2.0)  # padding sorts last
     order = torch.argsort(keys, dim=2, stable=True)
     return BatchPlan(order=order, counts=counts, batch_size=effective_batch(batch_size, counts.tolist()))

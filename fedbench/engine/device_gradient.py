@@ -45,6 +45,8 @@ sets it for them is refused.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -139,12 +141,19 @@ class MinibatchGradients(GradientOracle):
             if numerics.compile:
                 self._vmapped = EagerFallback(self._vmapped)
 
-    def draw(self, steps: int, clients: torch.Tensor, generator: torch.Generator) -> "Minibatches":
+    def draw(self, steps: int, clients: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator]) -> "Minibatches":
         """``steps`` minibatches of every client in ``clients`` (rows uniform with replacement from
-        its own split), gathered at once: ``batches[s]`` is step s's ``(x [C, B, ...], y [C, B])``."""
+        its own split), gathered at once: ``batches[s]`` is step s's ``(x [C, B, ...], y [C, B])``.
+        ``generator``: one for every client's draws, or one per client (its own stream,
+        :func:`fedbench.engine.streams.client_streams`)."""
         counts = self._counts[clients.cpu()]
         batch = effective_batch(self.batch_size, counts.tolist())  # rows drawn per step: at most a client's data
-        u = torch.rand(steps, len(counts), batch, generator=generator, dtype=torch.float64)
+        if isinstance(generator, torch.Generator):
+            u = torch.rand(steps, len(counts), batch, generator=generator, dtype=torch.float64)
+        elif len(generator) != len(counts):
+            raise ValueError(f"{len(generator)} generators for {len(counts)} clients")
+        else:
+            u = torch.stack([torch.rand(steps, batch, generator=g, dtype=torch.float64) for g in generator], 1)
         positions = (u * counts.clamp_min(1)[None, :, None]).long().to(self.split.index.device)
         index = self.split.index[clients]  # [C, n_max]
         rows = torch.gather(index.unsqueeze(0).expand(steps, *index.shape), 2, positions)

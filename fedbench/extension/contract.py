@@ -291,12 +291,14 @@ def check_scoring(config, partition, work, whole) -> str | None:
     fed, algorithm, progress = whole.run.fed, whole.run.algorithm, whole.progress
     state, row = progress.state, progress.history[-1]
     t = row["round"]
-    before = fed.generator.get_state()
+    before, shared = fed.generator.get_state(), dict(fed.draws)
     models = algorithm.client_models(fed, state, t)
     again = algorithm.client_models(fed, state, t)
     global_weights = algorithm.global_model(fed, state)
     if not torch.equal(before, fed.generator.get_state()):
         return "client_models or global_model draws from training's random stream (fed.generator)"
+    if fed.draws != shared:
+        return f"client_models or global_model draws from training's shared streams ({fed.draws} after, {shared} before)"
     if d := difference(models, again, "client_models"):
         return f"client_models gives other models when asked twice: {d}"
     scoring = algorithm.scoring_model(fed, state)

@@ -65,7 +65,7 @@ class {cls}(Algorithm):
         return {{"global": initial}}
 
     def round(self, fed: Federation, state: dict, round_: int):
-        chosen = fed.sample_clients()  # training's random stream: fed.generator
+        chosen = fed.sample_clients()  # the round's shared sample stream, as every method's
         trained, loss = fed.train_clients(broadcast(state["global"], len(chosen)), chosen)
         average = fed.average(trained, chosen)
         step = {{k: w + self.server_lr * (average[k] - w) if w.is_floating_point() else average[k]

@@ -8,9 +8,10 @@ What a checkpoint holds (``torch.save``, one file ``checkpoint.pt`` in the run d
   passes on: global and per-client weights, cluster identities, momentum buffers, FedGen's
   generator and its Adam optimiser, ...), so pickling that dict captures all of it generically;
 * the model template's ``state_dict`` (in case an algorithm writes into it);
-* every random stream a round may draw from: the federation's ``torch.Generator`` (client
-  sampling, batch order), torch's global CPU and CUDA generators (initialisations, dropout,
-  ``vmap`` randomness), numpy's and Python's global generators;
+* every random stream a round may draw from: the federation's ``torch.Generator`` (the method's own
+  draws), torch's global CPU and CUDA generators (initialisations, dropout, ``vmap`` randomness; each
+  round starts it on its own stream), numpy's and Python's global generators; the shared streams
+  (client sampling, batch order: :mod:`fedbench.engine.streams`) are keyed by the round and hold no state;
 * the run's records so far: history rows, per-client scores of the evaluated rounds, training
   losses since the last evaluation, and the wall time spent;
 * a fingerprint of what the run computes (resolved cell settings + hash of the code that

@@ -124,6 +124,7 @@ def train_round(run: CellRun, progress: Progress, round_: int) -> bool:
     the run (False): the round, the mean loss and the bytes go to the history, nothing else."""
     before = progress.state
     run.fed.sampled = None  # the hook's default reads the clients this round samples
+    run.fed.begin_round(round_)  # the round's shared streams (common random numbers across methods)
     progress.state, loss = run.algorithm.round(run.fed, before, round_)
     progress.count(run.algorithm.communication(run.fed, before, progress.state, round_))
     progress.losses.append(float(loss.mean()))

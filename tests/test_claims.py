@@ -428,3 +428,39 @@ def test_the_table_sets_the_tuned_verdict_beside_the_papers(tmp_path):
     # the legend is followed by the config's boundary: one look at 3 seeds, t(0.975, 2) = 4.303
     assert "Boundary: looks at 3 seeds, α = 0.025 each direction, hsd(-2) spending" in markdown
     assert "| 1 of 1 | 3 | 4.303 |" in re.sub(" +", " ", markdown)
+
+
+# ---- the re-read of Bonferroni verdicts at the spending boundary (benchmarks/reread_claims.py) ----
+
+
+def test_a_bonferroni_verdict_is_reread_at_the_spending_boundary_from_its_interval():
+    """Looks 3/5/7/10, alpha 0.05.  A cell that held at 5 seeds with 3.7 ± 3.4954 (Bonferroni's t(0.9875,
+    4) with se 1) reads 3.7 ± c_2 at the spending boundary, c_2 = 3.997 > 3.7: undecided at a look before
+    the last, so it needs the next look's seeds, which were not run.  A cell inconclusive at the cap with
+    2.3 ± 2.6850 (t(0.9875, 9), se 1) reads 2.3 ± 2.048: above 0, holds.  A seed a diverged run left out
+    lowers n (and the df) the interval was read at."""
+    import importlib.util
+
+    from scipy import stats
+
+    from fedbench.results.sequential import Design
+
+    spec = importlib.util.spec_from_file_location("reread_claims", Path(__file__).parents[1] / "benchmarks" / "reread_claims.py")
+    reread = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reread)
+    design = Design((3, 5, 7, 10), 0.05)
+    c4 = stats.t.ppf(1 - 0.0125, 4)
+    early = reread.cell_reading(f"+3.70 [{3.7 - c4:+.4f}, {3.7 + c4:+.4f}]", "0, 1, 2, 3, 4, 5, 6 (7 of 10); look 2 of 4",
+                                "holds", "the direction the paper reports", design.looks)
+    assert (early["n"], early["look"]) == (5, 1)  # the look's 5 seeds, not the claim's 7
+    result = reread.reread(early, design, 0.0, False)
+    assert result["after"] == reread.NOT_RUN and result["c_new"] == pytest.approx(design.critical[1], abs=1e-9)
+    assert result["low_new"] == pytest.approx(3.7 - design.critical[1], abs=1e-3)
+    c9 = stats.t.ppf(1 - 0.0125, 9)
+    cap = reread.cell_reading(f"+2.30 [{2.3 - c9:+.4f}, {2.3 + c9:+.4f}]; detectable: ±3.57",
+                              "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (10 of 10); look 4 of 4", "inconclusive", "", design.looks)
+    result = reread.reread(cap, design, 0.0, False)
+    assert result["after"] == HOLDS and result["low_new"] == pytest.approx(2.3 - design.critical[3], abs=1e-3)
+    left_out = reread.cell_reading("+2.30 [-0.50, +5.10]", "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (10 of 10); look 4 of 4",
+                                   "inconclusive", "the seeds cannot tell; left out: b diverged (seed 3, 7)", design.looks)
+    assert left_out["n"] == 8

@@ -150,9 +150,9 @@ def section_status(sections: dict[str, str]) -> list[str]:
     if bonferroni:
         lines += [f"**Decided under Bonferroni over the looks: {', '.join(bonferroni)}** (written by an earlier "
                   "version and kept as measured: each look's interval at 1 − 2α/L for L looks, t(1 − α/L, seeds − 1) its "
-                  "critical t).  No runs of these are on disk; their verdicts re-read from these sections' own numbers "
-                  f"at the spending boundary, with the cells that would need seeds not run: [claims history]({REREAD}).  "
-                  "`--update` with their config and runs rewrites a section at the spending boundary.", ""]
+                  "critical t).  Their verdicts re-read at the spending boundary from these sections' own numbers, without "
+                  f"their runs, and the cells that would need seeds not run: [claims history]({REREAD}).  `--update` "
+                  "with a section's config and its runs rewrites it at the spending boundary.", ""]
     if earlier:
         lines += [f"**Measured before claims were decided look by look and before tuning: {', '.join(earlier)}** (one "
                   "look at the config's seeds, a 95 % interval, no equivalence or not-comparable verdict, every method "

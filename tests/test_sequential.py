@@ -256,3 +256,14 @@ def test_a_bad_design_is_refused(kwargs, message):
 def test_a_spending_function_is_named_canonically():
     assert Design((3,), spending=" HSD( -2.0 )").spending == "hsd(-2)"
     assert Design((3,), spending="OBF").spending == "obf"
+
+
+def test_a_look_that_spends_too_little_to_simulate_takes_the_marginal_quantile():
+    """hsd(-40) over 2/3/12 seeds spends about alpha e^-30 by the second look: far fewer crossings than
+    the simulation could resolve, so that look takes t(1 - share, 2), the marginal quantile, which is
+    never below the exact one (crossing after not crossing is rarer than crossing)."""
+    design = Design((2, 3, 12), 0.05, spending="hsd(-40)")
+    share = design.spent[1] - design.spent[0]
+    assert share * 2 * SIMULATION_PATHS < 100
+    assert design.critical[1] == stats.t.isf(share, 2)
+    assert design.critical[0] == stats.t.isf(design.spent[0], 1)  # 1 - 1.7e-16 would lose the spent alpha's digits

@@ -95,7 +95,7 @@ class Spending:
 
     def spent(self, alpha: float, tau):
         """Error rate spent by information fraction ``tau`` (0 < tau <= 1; exactly ``alpha`` at 1).
-        ``hsd``: Hwang, Shih & DeCani (1990), eq. (2), ``alpha (1 - e^{-gamma tau}) / (1 - e^{-gamma})``,
+        ``hsd``: Hwang, Shih & DeCani (1990), ``alpha (1 - e^{-gamma tau}) / (1 - e^{-gamma})``,
         ``alpha tau`` at ``gamma = 0``; ``obf``: Lan & DeMets (1983)'s O'Brien-Fleming-type function,
         ``2 - 2 Phi(z_{1 - alpha/2} / sqrt(tau))``; ``bonferroni``: ``alpha k / L`` at the k-th of L looks
         (``tau`` must then be the looks' ranks over L)."""
@@ -147,6 +147,13 @@ def _simulated_t(looks: tuple[int, ...], paths: int, seed: int) -> np.ndarray:
     return out
 
 
+def _upper_quantile(p, df):
+    """``t(1 - p, df)``: exactly scipy's ``ppf(1 - p)`` (so one look is the fixed-sample quantile to the
+    last bit), ``isf(p)`` where ``1 - p`` would lose ``p``'s digits (below 1e-8)."""
+    p = np.asarray(p, float)
+    return np.where(p < 1e-8, stats.t.isf(p, df), stats.t.ppf(1 - p, df))
+
+
 def _crossing_value(values: np.ndarray, crossings: float) -> float:
     """The value ``c`` with ``crossings`` of ``values`` above it: the descending order statistics read at
     position ``crossings - 1/2``, linear between neighbours (for a whole number, midway between the
@@ -170,10 +177,10 @@ def critical_values(looks: tuple[int, ...], alpha: float, spending: str = DEFAUL
     looks, function = tuple(int(n) for n in looks), spending_function(spending)
     df = np.maximum(np.asarray(looks) - 1, 1)
     if function.name == "bonferroni":
-        return tuple(float(c) for c in stats.t.ppf(1 - alpha / len(looks), df))
+        return tuple(float(c) for c in _upper_quantile(alpha / len(looks), df))
     spent = function.spent(alpha, np.asarray(looks) / looks[-1])
     share = np.diff(spent, prepend=0.0)
-    critical = [float(stats.t.ppf(1 - spent[0], df[0]))]
+    critical = [float(_upper_quantile(spent[0], df[0]))]
     if len(looks) == 1:
         return tuple(critical)
     t = _simulated_t(looks, SIMULATION_PATHS, SIMULATION_SEED)

@@ -6,6 +6,7 @@ tabulated quantiles t(0.975, 2) = 4.3027 and t(0.975, 4) = 2.7764."""
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +16,8 @@ import yaml
 from fedbench.config.cells import ConfigError
 from fedbench.planning.validate import validate_config
 from fedbench.results.claims import (
-    FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, ClaimError, compare, evaluate_claims, threshold, write_claims,
+    FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, ClaimError, check_design, compare, evaluate_claims, threshold,
+    write_claims,
 )
 from fedbench.results.published import load_published
 
@@ -195,7 +197,7 @@ def test_the_report_measures_the_seeds_on_disk_and_names_the_command_for_the_res
 def test_update_rewrites_only_the_sections_of_the_configs_given(tmp_path):
     """``--update``: the sections of the configs' papers are rewritten (command and note in each), every other
     paper's section is kept byte for byte; without it the report holds only the configs' papers."""
-    from fedbench.results.claims import report_sections, write_report
+    from fedbench.results.claims import LOOKS_MARK, REREAD, Design, report_sections, section_design, write_report
 
     config = claims_config({"better": "a", "than": "b"})
     config["results"] = str(tmp_path / "results")
@@ -203,20 +205,27 @@ def test_update_rewrites_only_the_sections_of_the_configs_given(tmp_path):
     config_path.write_text(yaml.safe_dump(config))
     out = tmp_path / "claims.md"
     kept = "## FLT\n\nmeasured elsewhere, 3 seeds\n\n| claim |\n|:--|\n| x |\n\n"
-    out.write_text("# old title\n\n" + kept + "## Default suite\n\nstale table\n")
+    bonferroni = f"## FedMR\n{LOOKS_MARK}\n\ndecided look by look, 1 - 2 alpha / L\n\n| claim |\n|:--|\n| y |\n\n"
+    out.write_text("# old title\n\n" + kept + bonferroni + "## Default suite\n\nstale table\n")
     write_report([config_path], out, load_published(), note="ran on 2 cores", update=True)
     sections = report_sections(out.read_text())
-    assert list(sections) == ["FLT", "Default suite"]
-    assert sections["FLT"] == kept
+    assert list(sections) == ["FedMR", "FLT", "Default suite"]  # the report's order of papers
+    assert sections["FLT"] == kept and sections["FedMR"] == bonferroni
     assert "stale table" not in sections["Default suite"]
     assert f"`python -m fedbench.results.claims --update {config_path}`" in sections["Default suite"]
     assert "ran on 2 cores" in sections["Default suite"] and "**not yet measured**" in sections["Default suite"]
+    assert section_design(sections["Default suite"]) == Design((3,), 0.025)  # the config's design, recorded
     text = out.read_text()
     assert "**Measured before claims were decided look by look and before tuning: FLT**" in text  # no tuned column
-    assert "Measured with looks and tuning: Default suite." in text
+    assert "**Decided under Bonferroni over the looks: FedMR**" in text and f"]({REREAD})" in text
+    assert ("**Decided with the spending boundary: Default suite**, looks at 3 seeds, α = 0.025 each direction, "
+            "hsd(-2) spending (Hwang, Shih & DeCani 1990)") in text
+    # its boundary: one look, the 95 % interval, t(0.975, 2) = 4.303 (Bonferroni's the same at one look)
+    assert "| 1 of 1 | 3 | 4.303 | 0.0250 | 95.00 % | 0.0250 | 4.303 |" in re.sub(" +", " ", text)
     write_report([config_path], out, load_published())
     assert list(report_sections(out.read_text())) == ["Default suite"]
     assert "Measured before claims" not in out.read_text()  # every section has both settings
+    assert "Bonferroni over the looks:" not in out.read_text()
 
 
 # ---- config checks ---------------------------------------------------------------------------
@@ -326,9 +335,10 @@ def test_a_small_difference_with_little_spread_reads_equivalent_and_names_its_de
 
 
 def test_looks_read_the_added_seeds_and_stop_at_the_first_decision():
-    """Pilot 0-2 straddles; so does the look at 5 seeds (each look's interval at 1 - 2 · 0.05 / 2 = 95 %)."""
+    """Pilot 0-2 straddles; so does the look at 5 seeds (the Bonferroni design, named: each look's
+    interval at 1 - 2 · 0.05 / 2 = 95 %)."""
     config = claims_config({"better": "a", "than": "b"})
-    config["claims_design"] = {"looks": [3, 5], "alpha": 0.05}
+    config["claims_design"] = {"looks": [3, 5], "alpha": 0.05, "spending": "bonferroni"}
     runs = hand_runs({"a": [0.81, 0.79, 0.84, 0.83, 0.82], "b": [0.80] * 5})
     row = evaluate_claims(config, runs, load_published()).iloc[0]
     # differences 1, -1, 4, 3, 2: mean 1.8, sd 1.9235, t(0.975, 4) = 2.7764 -> 1.8 ± 2.388: still straddles
@@ -339,6 +349,51 @@ def test_looks_read_the_added_seeds_and_stop_at_the_first_decision():
     assert (decided["seeds_run"], decided["verdict"]) == (3, HOLDS)  # the pilot decides: seeds 3-4 are never read
     pilot_only = evaluate_claims(config, runs[runs["seed"] < 3], load_published()).iloc[0]
     assert pilot_only["pending"] and pilot_only["look"] == "1 of 2"  # the design has a look its seeds do not reach
+
+
+def test_each_look_reads_its_interval_at_the_spending_boundary_paired_and_welch():
+    """The default boundary, hsd(-2) over looks at 3 and 5 seeds: the same differences 1, -1, 4, 3, 2 as
+    above read at look 2 give 1.8 ± c_2 · 1.9235 / sqrt(5), c_2 the design's critical t (narrower than
+    Bonferroni's 2.7764 there, wider than the unadjusted t(0.95, 4) = 2.1318); the statistic column names
+    the look's level, critical t and spending function.  A Welch (unpaired) claim on the same runs takes
+    the look's nominal level p_2 = P(t_4 > c_2): scipy's Welch interval at confidence 1 - 2 p_2."""
+    from scipy import stats
+
+    from fedbench.results.sequential import Design
+
+    config = claims_config({"better": "a", "than": "b"})
+    config["claims_design"] = {"looks": [3, 5], "alpha": 0.05}
+    a, b = [0.81, 0.79, 0.84, 0.83, 0.82], [0.80, 0.80, 0.80, 0.80, 0.80]
+    row = evaluate_claims(config, hand_runs({"a": a, "b": b}), load_published()).iloc[0]
+    c2 = Design((3, 5), 0.05).critical[1]
+    assert stats.t.ppf(0.95, 4) < c2 < T4
+    assert row["look"] == "2 of 2" and row["high"] - row["difference"] == pytest.approx(c2 * 1.9235 / 5 ** 0.5, abs=1e-3)
+    p2 = stats.t.sf(c2, 4)
+    assert row["statistic"] == (f"paired t, {100 * (1 - 2 * p2):.4g} % (look 2 of 2: critical t {c2:.3f} at 5 seeds, "
+                                "hsd(-2) spending)")
+    # Welch: b varies a little so that both groups have a spread
+    b = [0.80, 0.79, 0.81, 0.80, 0.80]
+    config["claims"]["c"]["pairing"] = "unpaired"
+    welch = evaluate_claims(config, hand_runs({"a": a, "b": b}), load_published()).iloc[0]
+    expected = stats.ttest_ind([100 * v for v in a], [100 * v for v in b], equal_var=False).confidence_interval(1 - 2 * p2)
+    assert welch["look"] == "2 of 2"
+    assert (welch["low"], welch["high"]) == pytest.approx((expected.low, expected.high), abs=1e-9)
+
+
+@pytest.mark.parametrize("spending", ["pocock", "hsd(x)", "hsd(-50)"])
+def test_an_unknown_spending_function_is_refused(spending):
+    config = claims_config({"better": "a", "than": "b"})
+    config["claims_design"] = {"looks": [3, 5], "alpha": 0.05, "spending": spending}
+    with pytest.raises(ClaimError, match=r"claims_design\.spending must be one of hsd\(GAMMA\), obf, bonferroni"):
+        check_design(config)
+
+
+def test_validation_names_the_spending_functions():
+    config = copy.deepcopy(DEFAULT)
+    config["claims"] = {"c": {"source": "Table 1", "experiment": "default", "better": "ifca", "than": "fedavg"}}
+    config["claims_design"] = {"looks": [3, 5], "spending": "pocock"}
+    with pytest.raises(ConfigError, match=r"claims_design\.spending must be one of hsd\(GAMMA\), obf, bonferroni .*'pocock'"):
+        validate_config(config)
 
 
 def test_the_first_look_must_be_the_pilot():
@@ -370,3 +425,42 @@ def test_the_table_sets_the_tuned_verdict_beside_the_papers(tmp_path):
     assert table[["setting", "verdict"]].values.tolist() == [["paper", HOLDS], ["tuned", INCONCLUSIVE]]
     markdown = (tmp_path / "c.md").read_text()
     assert "| **holds**" in markdown and "**inconclusive**" in markdown and "no: holds → inconclusive" in markdown
+    # the legend is followed by the config's boundary: one look at 3 seeds, t(0.975, 2) = 4.303
+    assert "Boundary: looks at 3 seeds, α = 0.025 each direction, hsd(-2) spending" in markdown
+    assert "| 1 of 1 | 3 | 4.303 |" in re.sub(" +", " ", markdown)
+
+
+# ---- the re-read of Bonferroni verdicts at the spending boundary (benchmarks/reread_claims.py) ----
+
+
+def test_a_bonferroni_verdict_is_reread_at_the_spending_boundary_from_its_interval():
+    """Looks 3/5/7/10, alpha 0.05.  A cell that held at 5 seeds with 3.7 ± 3.4954 (Bonferroni's t(0.9875,
+    4) with se 1) reads 3.7 ± c_2 at the spending boundary, c_2 = 3.997 > 3.7: undecided at a look before
+    the last, so it needs the next look's seeds, which were not run.  A cell inconclusive at the cap with
+    2.3 ± 2.6850 (t(0.9875, 9), se 1) reads 2.3 ± 2.048: above 0, holds.  A seed a diverged run left out
+    lowers n (and the df) the interval was read at."""
+    import importlib.util
+
+    from scipy import stats
+
+    from fedbench.results.sequential import Design
+
+    spec = importlib.util.spec_from_file_location("reread_claims", Path(__file__).parents[1] / "benchmarks" / "reread_claims.py")
+    reread = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reread)
+    design = Design((3, 5, 7, 10), 0.05)
+    c4 = stats.t.ppf(1 - 0.0125, 4)
+    early = reread.cell_reading(f"+3.70 [{3.7 - c4:+.4f}, {3.7 + c4:+.4f}]", "0, 1, 2, 3, 4, 5, 6 (7 of 10); look 2 of 4",
+                                "holds", "the direction the paper reports", design.looks)
+    assert (early["n"], early["look"]) == (5, 1)  # the look's 5 seeds, not the claim's 7
+    result = reread.reread(early, design, 0.0, False)
+    assert result["after"] == reread.NOT_RUN and result["c_new"] == pytest.approx(design.critical[1], abs=1e-9)
+    assert result["low_new"] == pytest.approx(3.7 - design.critical[1], abs=1e-3)
+    c9 = stats.t.ppf(1 - 0.0125, 9)
+    cap = reread.cell_reading(f"+2.30 [{2.3 - c9:+.4f}, {2.3 + c9:+.4f}]; detectable: ±3.57",
+                              "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (10 of 10); look 4 of 4", "inconclusive", "", design.looks)
+    result = reread.reread(cap, design, 0.0, False)
+    assert result["after"] == HOLDS and result["low_new"] == pytest.approx(2.3 - design.critical[3], abs=1e-3)
+    left_out = reread.cell_reading("+2.30 [-0.50, +5.10]", "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (10 of 10); look 4 of 4",
+                                   "inconclusive", "the seeds cannot tell; left out: b diverged (seed 3, 7)", design.looks)
+    assert left_out["n"] == 8

@@ -172,6 +172,27 @@ def test_target_reached_between_two_evaluations_is_interpolated_and_rounded_up()
     assert every == (3.0, 15.0)  # every round evaluated: the first round at or above it, exactly
 
 
+def test_the_first_crossing_counts_when_accuracy_falls_back_and_crosses_again():
+    """Evaluated every 5 rounds: 0.40, 0.70, 0.55, 0.58, 0.75 at rounds 5-25, bytes sent 0.6, 1.3, 2.1,
+    3.0, 4.0 MB (downlink 0.5 MB a round block, uplink growing).  Target 60 %: first crossed between rounds
+    5 and 10 at 5 + (0.60 - 0.40) / (0.70 - 0.40) * 5 = 8.33 -> round 9, with 0.6 + (9 - 5) / 5 * (1.3 -
+    0.6) = 1.16 MB sent (0.29 MB per client of 4).  Accuracy then falls back below 60 % (rounds 15, 20)
+    and crosses again between 20 and 25 (at 20 + 0.02 / 0.17 * 5 = 20.6 -> round 21, 3.2 MB): that
+    second crossing, the last one, must not count.  The same as a fraction of the final accuracy (0.8 x
+    0.75 = 0.60) and at the horizon (the run reached it)."""
+    rounds, accuracy = [5, 10, 15, 20, 25], [0.40, 0.70, 0.55, 0.58, 0.75]
+    down, up = [0.5e6, 1.0e6, 1.5e6, 2.0e6, 2.5e6], [0.1e6, 0.3e6, 0.6e6, 1.0e6, 1.5e6]
+    sent = [d + u for d, u in zip(down, up)]
+    assert reach(rounds, accuracy, sent, 0.60) == pytest.approx((9.0, 1.16e6))
+    history = pd.DataFrame({"round": rounds, "acc_mean": accuracy, "downlink_bytes_total": down, "uplink_bytes_total": up})
+    expected = {"rounds_to_target": 9, "mb_to_target": 1.16, "client_mb_to_target": 0.29, "reached": True}
+    assert time_to_target(history, "mean_client_last", 4, target=60) == pytest.approx(expected)
+    assert time_to_target(history, "mean_client_last", 4, fraction=0.8) == pytest.approx(expected)
+    assert time_to_target(history, "mean_client_last", 4, target=60, at_horizon=True) == pytest.approx(expected)
+    # only the rows from the fall-back on: the second crossing, round 21 and 3.0 + 1 / 5 * 1.0 = 3.2 MB
+    assert reach(rounds[2:], accuracy[2:], sent[2:], 0.60) == pytest.approx((21.0, 3.2e6))
+
+
 def test_target_never_reached_is_nan():
     assert all(math.isnan(v) for v in reach([10, 20], [0.5, 0.6], [1, 2], 0.65))
 

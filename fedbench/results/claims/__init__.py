@@ -17,8 +17,10 @@ unpaired``; a threshold's is the one-sample interval of the metric.  Not a boots
 seeds a percentile bootstrap has a handful of distinct resamples and its interval is too narrow.
 Verdicts come from the group-sequential design of :mod:`fedbench.results.sequential` (the config's
 ``claims_design``: looks, error rate ``alpha``, smallest difference that matters ``delta``, a claim's
-own ``delta`` over it): holds, does not hold, **equivalent** (inside +-delta) or inconclusive with the
-smallest effect its seeds could have detected.  Without ``claims_design`` there is one look at the
+own ``delta`` over it, and the ``spending`` function that spends alpha across the looks -- Hwang, Shih &
+DeCani 1990 with gamma = -2 by default, Lan & DeMets 1983's O'Brien-Fleming type, or Bonferroni): holds,
+does not hold, **equivalent** (inside +-delta) or inconclusive with the smallest effect its seeds could
+have detected, each look's interval at the boundary's critical t for that look.  Without ``claims_design`` there is one look at the
 config's seeds with ``alpha = 0.025``: the 95 % interval.  The config's ``seeds`` are the pilot; the
 workflow adds the next seeds (:func:`design_seeds`) to claims still undecided, look by look.  A pilot
 run that is missing is an error (:class:`ClaimError`); a diverged run (no number) leaves its seed out
@@ -50,11 +52,13 @@ PUBLIC = {
                      "evaluated_claims"), "spec"),
     **dict.fromkeys(("CONFIDENCE", "verdict", "compare", "threshold", "decide_claim"), "statistics"),
     **dict.fromkeys(("CLAIM_COLUMNS", "evaluate_claims", "protocol_global_accuracy", "write_claims", "look_state",
-                     "_runs_with_global"), "evaluation"),
-    **dict.fromkeys(("KEY", "VERDICT_LEGEND", "side_by_side", "to_markdown", "reading"), "table"),
-    **dict.fromkeys(("REPORT_TITLE", "LOOKS_MARK", "setting_root", "report_rows", "report_sections", "section_status",
-                     "write_report"), "report"),
-    **dict.fromkeys(("HOLDS", "FAILS", "EQUIVALENT", "INCONCLUSIVE", "NOT_COMPARABLE"), "sequential"),
+                     "statistic", "_runs_with_global"), "evaluation"),
+    **dict.fromkeys(("KEY", "VERDICT_LEGEND", "SPENDING_CITATIONS", "side_by_side", "to_markdown", "reading",
+                     "boundary_title", "boundary_markdown", "boundary_text"), "table"),
+    **dict.fromkeys(("REPORT_TITLE", "LOOKS_MARK", "BOUNDARY_MARK", "REREAD", "setting_root", "report_rows",
+                     "report_sections", "boundary_spec", "section_design", "section_status", "write_report"), "report"),
+    **dict.fromkeys(("HOLDS", "FAILS", "EQUIVALENT", "INCONCLUSIVE", "NOT_COMPARABLE", "Design", "DEFAULT_SPENDING",
+                     "spending_function", "critical_values"), "sequential"),
 }
 __all__ = sorted(name for name in PUBLIC if not name.startswith("_"))
 

@@ -23,7 +23,7 @@ from fedbench.results.claims.statistics import decide_claim
 from fedbench.results.claims.table import to_markdown
 from fedbench.results.convergence import TARGET_METRICS, run_time_to_target, target_label
 from fedbench.results.papers import experiment_paper
-from fedbench.results.sequential import INCONCLUSIVE
+from fedbench.results.sequential import INCONCLUSIVE, Design
 from fedbench.results.tables import CELL_COLUMNS, PERCENT_METRICS, load_metrics
 
 def _per_seed(runs: pd.DataFrame, experiment: str, cell: tuple, algorithm: str, metric: str,
@@ -80,9 +80,16 @@ def evaluate_claims(config: dict, runs: pd.DataFrame, published: pd.DataFrame, p
                 "seeds_run": result["used"], "look": f"{result['look'] + 1} of {len(design.looks)}",
                 "seeds_left_out": result["used"] - result["n"], "diverged": diverged, "at_horizon": at_horizon,
                 "delta": design.delta,
-                "statistic": f"{pairing} t, {100 * design.confidence:.4g} %", "verdict": result["verdict"],
+                "statistic": statistic(pairing, design, result["look"]), "verdict": result["verdict"],
             })
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def statistic(pairing: str, design: Design, look: int) -> str:
+    """The statistic column: the interval, its level at this look and the boundary's critical t there,
+    e.g. ``paired t, 92.92 % (look 4 of 4: critical t 2.048 at 10 seeds, hsd(-2) spending)``."""
+    return (f"{pairing} t, {100 * design.look_confidence(look):.4g} % (look {look + 1} of {len(design.looks)}: "
+            f"critical t {design.critical[look]:.3f} at {design.looks[look]} seeds, {design.spending} spending)")
 
 
 CLAIM_COLUMNS = ["claim", "paper", "setting", "source", "experiment", "dataset", "partition", "model", "metric",
@@ -146,7 +153,8 @@ def write_claims(config: dict, metrics_paths: Iterable[str | Path], published: p
         tuned = evaluate_claims(config, _runs_with_global(config, tuned_paths), published, paper, setting="tuned")
         table = pd.concat([table, tuned], ignore_index=True)
     atomic_write(csv_path, lambda p: table.to_csv(p, index=False, float_format="%.4f"))
-    atomic_write(md_path, lambda p: Path(p).write_text(to_markdown(table), encoding="utf-8"))
+    design = claim_design(config, {})  # the boundary: the config's looks, alpha and spending
+    atomic_write(md_path, lambda p: Path(p).write_text(to_markdown(table, [design]), encoding="utf-8"))
     return table
 
 

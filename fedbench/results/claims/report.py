@@ -15,8 +15,10 @@ import pandas as pd
 from fedbench.config.files import load_yaml_strict
 from fedbench.data.partition_file import atomic_write
 from fedbench.results.claims.evaluation import _runs_with_global, evaluate_claims
-from fedbench.results.claims.spec import SETTINGS, claim_algorithms, claim_cells, claims_design, design_seeds, margin_text
-from fedbench.results.claims.table import VERDICT_LEGEND, _shown
+from fedbench.results.claims.spec import (SETTINGS, claim_algorithms, claim_cells, claim_design, claims_design,
+                                          design_seeds, margin_text)
+from fedbench.results.claims.table import VERDICT_LEGEND, _shown, boundary_markdown, boundary_title
+from fedbench.results.sequential import Design
 from fedbench.results.papers import PAPERS as PAPER_NAMES
 from fedbench.results.papers import experiment_paper
 
@@ -92,32 +94,71 @@ def report_sections(text: str) -> dict[str, str]:
     return sections
 
 
-# the mark of a section written by this version (claims decided look by look, the tuned setting beside the
-# paper's where the config tunes): an HTML comment, invisible in the rendered report
+# the mark of a section written by a version that decides look by look, the tuned setting beside the paper's
+# where the config tunes: an HTML comment, invisible in the rendered report
 LOOKS_MARK = "<!-- fedbench.results.claims: looks and tuning -->"
+BOUNDARY_MARK = "<!-- fedbench.results.claims: boundary "
+"""The mark of a section decided with this version's boundary, followed by its design (:func:`boundary_spec`);
+a section with :data:`LOOKS_MARK` but without it was decided under Bonferroni over the looks."""
+REREAD = "claims_history.md#the-bonferroni-sections-re-read-at-the-spending-boundary"
+"""Where the verdicts of sections decided under Bonferroni are re-read at the spending boundary."""
 
 
-def _section(paper: str, rows: pd.DataFrame, config_paths: list[str], note: str) -> str:
-    """One paper's section: the command that wrote it, ``note``, the claims table (both settings side by side)."""
+def boundary_spec(design: Design) -> str:
+    """``looks=3,5,7,10 alpha=0.05 spending=hsd(-2)``: what a section's boundary mark records."""
+    return f"looks={','.join(map(str, design.looks))} alpha={design.alpha!r} spending={design.spending}"
+
+
+def section_design(text: str) -> Design | None:
+    """The design a section's boundary mark records (None: no mark, decided by an earlier version)."""
+    for line in text.splitlines():
+        if line.startswith(BOUNDARY_MARK):
+            fields = dict(item.split("=", 1) for item in line[len(BOUNDARY_MARK):].removesuffix("-->").split())
+            return Design(tuple(int(n) for n in fields["looks"].split(",")), float(fields["alpha"]),
+                          spending=fields["spending"])
+    return None
+
+
+def _section(paper: str, rows: pd.DataFrame, config_paths: list[str], note: str, design: Design) -> str:
+    """One paper's section: its marks (looks and tuning; the boundary), the command that wrote it,
+    ``note``, the claims table (both settings side by side)."""
     rows = rows.reindex(columns=rows.columns.union(["per_seed"], sort=False)).astype({"per_seed": object})
     written = f"Written by `python -m fedbench.results.claims --update {' '.join(config_paths)}` from the runs on disk."
-    return "\n".join([f"## {PAPER_NAMES[paper]}", LOOKS_MARK, "", written, *([note] if note else []), "",
+    return "\n".join([f"## {PAPER_NAMES[paper]}", LOOKS_MARK, f"{BOUNDARY_MARK}{boundary_spec(design)} -->", "",
+                      written, *([note] if note else []), "",
                       _shown(rows, reading_column=True).to_markdown(index=False), "", ""])
 
 
 def section_status(sections: dict[str, str]) -> list[str]:
-    """The header's line on which sections were measured with looks and tuning (they carry
-    :data:`LOOKS_MARK`, :func:`_section`) and which were measured before (one look, untuned; written by an
-    earlier version of this module and kept by ``--update``), read from the sections themselves."""
-    tuned = [name for name, text in sections.items() if LOOKS_MARK in text]
-    earlier = [name for name in sections if name not in tuned]
-    if not earlier:
-        return []
-    return [f"**Measured before claims were decided look by look and before tuning: {', '.join(earlier)}** (one look "
-            "at the config's seeds, a 95 % interval, no equivalence or not-comparable verdict, every method at the "
-            "paper's setting; re-running an analogue's claims, `snakemake claims`, and `--update` rewrites its section "
-            "with both settings side by side).  "
-            + (f"Measured with looks and tuning: {', '.join(tuned)}." if tuned else ""), ""]
+    """The header's lines on how each section was decided, read from the sections themselves: with this
+    version's boundary (they carry :data:`BOUNDARY_MARK`; the boundary per look is listed, one table per
+    design), look by look under Bonferroni (:data:`LOOKS_MARK` only; written by an earlier version and
+    kept by ``--update``; re-read at the spending boundary in :data:`REREAD`), or before looks and
+    tuning (neither mark)."""
+    designs = {name: section_design(text) for name, text in sections.items()}
+    current = [name for name, design in designs.items() if design is not None]
+    bonferroni = [name for name, text in sections.items() if designs[name] is None and LOOKS_MARK in text]
+    earlier = [name for name, text in sections.items() if designs[name] is None and LOOKS_MARK not in text]
+    lines = []
+    by_design: dict[str, list[str]] = {}
+    for name in current:
+        by_design.setdefault(boundary_spec(designs[name]), []).append(name)
+    for names in by_design.values():
+        lines += [f"**Decided with the spending boundary: {', '.join(names)}**, "
+                  f"{boundary_title(designs[names[0]])}; each look's critical t:", "",
+                  boundary_markdown(designs[names[0]]), ""]
+    if bonferroni:
+        lines += [f"**Decided under Bonferroni over the looks: {', '.join(bonferroni)}** (written by an earlier "
+                  "version and kept as measured: each look's interval at 1 − 2α/L for L looks, t(1 − α/L, seeds − 1) its "
+                  "critical t).  Their verdicts re-read at the spending boundary from these sections' own numbers, without "
+                  f"their runs, and the cells that would need seeds not run: [claims history]({REREAD}).  `--update` "
+                  "with a section's config and its runs rewrites it at the spending boundary.", ""]
+    if earlier:
+        lines += [f"**Measured before claims were decided look by look and before tuning: {', '.join(earlier)}** (one "
+                  "look at the config's seeds, a 95 % interval, no equivalence or not-comparable verdict, every method "
+                  "at the paper's setting; re-running an analogue's claims, `snakemake claims`, and `--update` rewrites "
+                  "its section with both settings side by side).", ""]
+    return lines
 
 
 def write_report(config_paths: Iterable[str | Path], out: str | Path, published: pd.DataFrame, note: str = "",
@@ -127,10 +168,13 @@ def write_report(config_paths: Iterable[str | Path], out: str | Path, published:
     of the papers these configs test and keep the report's other sections as they are (each paper's
     analogue is measured on its own, at its own time)."""
     config_paths = [str(path) for path in config_paths]
-    table = pd.concat([report_rows(path, published) for path in config_paths], ignore_index=True)
+    tables = [report_rows(path, published) for path in config_paths]
+    table = pd.concat(tables, ignore_index=True)
+    designs = {paper: claim_design(load_yaml_strict(path), {}) for path, rows in zip(config_paths, tables)
+               for paper in rows.get("paper", pd.Series(dtype=object)).unique()}
     sections = report_sections(Path(out).read_text(encoding="utf-8")) if update and Path(out).exists() else {}
     for paper in table["paper"].unique():
-        sections[PAPER_NAMES[paper]] = _section(paper, table[table["paper"] == paper], config_paths, note)
+        sections[PAPER_NAMES[paper]] = _section(paper, table[table["paper"] == paper], config_paths, note, designs[paper])
     order = [PAPER_NAMES[paper] for paper in ("femam", "fedmr", "flt", "pfedmt", "default")]
     header = [REPORT_TITLE, "",
               "Each paper's section is written by `python -m fedbench.results.claims --update CONFIG...` from the "

@@ -10,7 +10,7 @@ import pandas as pd
 
 from fedbench.results.convergence import TARGET_METRICS, target_label
 from fedbench.results.papers import experiment_paper
-from fedbench.results.sequential import Design
+from fedbench.results.sequential import DEFAULT_SPENDING, Design, spending_function
 
 METRICS = ("accuracy", "global_accuracy", "macro_f1", "ari", "nmi", "ari_planted", *TARGET_METRICS)
 """What a claim may compare (columns of :func:`fedbench.results.tables.load_metrics`; ``global_accuracy``
@@ -172,21 +172,24 @@ REACHED = " reached"
 
 
 def claims_design(config: dict) -> dict:
-    """The config's ``claims_design`` with defaults: one look at the config's seeds, alpha 0.025."""
+    """The config's ``claims_design`` with defaults: one look at the config's seeds, alpha 0.025, the
+    :data:`fedbench.results.sequential.DEFAULT_SPENDING` spending function (one look spends all of alpha
+    whichever it is: the 95 % interval)."""
     block = dict(config.get("claims_design") or {})
     block.setdefault("looks", [len(config.get("seeds", [0]))])
     block.setdefault("alpha", DEFAULT_ALPHA)
+    block.setdefault("spending", DEFAULT_SPENDING)
     return block
 
 
 def claim_design(config: dict, claim: dict) -> Design:
-    """The design one claim is decided by: the config's looks and alpha, its ``delta`` (the claim's,
-    else the design's, else :data:`DEFAULT_DELTA` of its metric)."""
+    """The design one claim is decided by: the config's looks, alpha and spending function, its ``delta``
+    (the claim's, else the design's, else :data:`DEFAULT_DELTA` of its metric)."""
     block = claims_design(config)
     metric = claim.get("metric", "accuracy")
     design_delta = None if metric in TARGET_METRICS else block.get("delta")  # claims_design.delta: accuracy points
     delta = claim.get("delta", DEFAULT_DELTA[metric] if design_delta is None else design_delta)
-    return Design(looks=tuple(block["looks"]), alpha=block["alpha"], delta=delta)
+    return Design(looks=tuple(block["looks"]), alpha=block["alpha"], delta=delta, spending=block["spending"])
 
 
 def design_seeds(config: dict) -> list[int]:
@@ -203,12 +206,17 @@ def design_seeds(config: dict) -> list[int]:
 
 
 def check_design(config: dict) -> None:
-    """``claims_design``: increasing looks from the pilot (the config's seed count), alpha and deltas in range."""
+    """``claims_design``: increasing looks from the pilot (the config's seed count), alpha and deltas in
+    range, a known spending function (:func:`fedbench.results.sequential.spending_function`)."""
     block = claims_design(config)
     pilot = len(config.get("seeds", [0]))
     if block["looks"][0] != pilot:
         raise ClaimError(f"claims_design.looks: the first look is the pilot, the config's {pilot} seeds; "
                          f"got {block['looks'][0]}")
+    try:
+        spending_function(block["spending"])
+    except ValueError as error:
+        raise ClaimError(f"claims_design.{error}") from None
     for name, claim in (config.get("claims") or {}).items():
         try:
             claim_design(config, claim)

@@ -1,5 +1,6 @@
 """The statistic of a claim: Student-t intervals over seeds (paired, Welch's unpaired, one-sample)
-and the sequential verdict of one claim in one cell (:mod:`fedbench.results.sequential`'s design).
+and the sequential verdict of one claim in one cell (:mod:`fedbench.results.sequential`'s design:
+each look's interval at the alpha-spending boundary's level for that look, Lan & DeMets 1983).
 
 Layer 6 (results).
 """
@@ -92,14 +93,16 @@ def decide_claim(claim: dict, series: list[pd.Series], design: Design) -> dict:
 
 
 def _decide_unpaired(better: pd.Series, than: pd.Series, design: Design) -> dict:
-    """As :func:`decide_claim` with Welch's interval at each look."""
+    """As :func:`decide_claim` with Welch's interval at each look, at the look's nominal level of the
+    design's boundary (:meth:`fedbench.results.sequential.Design.look_confidence`; Welch's df are the
+    data's, so its critical t is that level's quantile at them, not the paired ``c_k``)."""
     available = len(better)
     looks = design.looks if available >= design.looks[0] else (available,)
     result = {}
     for look, used in enumerate(looks):
         if used > available:
             return {**result, "pending": True}
-        result = compare(better.iloc[:used], than.iloc[:used], "unpaired", design.confidence)
+        result = compare(better.iloc[:used], than.iloc[:used], "unpaired", design.look_confidence(look))
         verdict = NOT_COMPARABLE if result["n"] == 0 else decide(result["low"], result["high"], design.delta)
         result.update(verdict=verdict, look=look, used=used, detectable=math.nan, pending=available < design.looks[0])
         if result["verdict"] != INCONCLUSIVE:

@@ -7,11 +7,12 @@ Layer 6 (results).
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from fedbench.results.sequential import EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE
+from fedbench.results.sequential import EQUIVALENT, FAILS, HOLDS, INCONCLUSIVE, Design, spending_function
 
 # ---- output -----------------------------------------------------------------------------
 
@@ -95,20 +96,57 @@ def _shown(rows: pd.DataFrame, reading_column: bool) -> pd.DataFrame:
 
 VERDICT_LEGEND = (
     "Measured: mean over seeds of the difference (a threshold claim: of the metric) [Student-t interval at the "
-    "design's per-look confidence, paired over the same partition and seed unless stated]; accuracy in %.  "
+    "look's level of the design's boundary, paired over the same partition and seed unless stated]; accuracy in %.  "
     "Verdict: holds (interval above 0, or at/above the threshold), does not hold (below), equivalent (inside "
     "±delta, the smallest difference that matters, and straddling 0), inconclusive (none of these: *detectable* is "
     "the smallest difference its seeds would have found with 80 % power), not comparable (no seed gave a number "
     "to compare: a method's runs diverged on every seed of the look; more seeds are not drawn).  *seeds*: the seeds the verdict read and "
-    "the look (fedbench.results.sequential: with L looks each interval is at 1 − 2α/L, so a wrong directional "
-    "verdict has probability at most α over all looks).  *tuned*: the same claim after every method was tuned on "
+    "the look (fedbench.results.sequential: α is spent across the looks by the design's spending function, "
+    "Hwang-Shih-DeCani with γ = −2 unless named otherwise, and each look's interval is mean ± c_k · se with c_k the "
+    "look's critical t for the t-statistic at its seed count, so that a wrong directional verdict, or a wrong "
+    "equivalent one, has probability at most α over all looks; the boundary per look is listed with the table).  "
+    "*tuned*: the same claim after every method was tuned on "
     "validation rows with the same budget (fedbench.tuning.trials), re-run on seeds tuning never used.")
 
+SPENDING_CITATIONS = {"hsd": "Hwang, Shih & DeCani 1990", "obf": "O'Brien-Fleming type, Lan & DeMets 1983",
+                      "bonferroni": "Bonferroni over the looks: each at α / L, no spending function"}
 
-def to_markdown(table: pd.DataFrame) -> str:
+
+def boundary_title(design: Design) -> str:
+    """``looks at 3, 5, 7, 10 seeds, α = 0.05 each direction, hsd(-2) spending (Hwang, Shih & DeCani 1990)``."""
+    name = spending_function(design.spending).name
+    return (f"looks at {', '.join(map(str, design.looks))} seeds, α = {design.alpha:g} each direction, "
+            f"{design.spending} spending ({SPENDING_CITATIONS[name]})")
+
+
+def boundary_markdown(design: Design) -> str:
+    """The boundary per look: seeds, critical t (df = seeds − 1), the look's one-sided nominal level and
+    two-sided confidence, the α spent by then, and Bonferroni's critical t at the same look for comparison."""
+    bonferroni = Design(design.looks, design.alpha, spending="bonferroni").critical
+    rows = [{"look": f"{k + 1} of {len(design.looks)}", "seeds": look["seeds"], "critical t": f"{look['critical']:.3f}",
+             "level (one-sided)": f"{look['level']:.4f}", "interval": f"{100 * (1 - 2 * look['level']):.2f} %",
+             "α spent by then": f"{look['spent']:.4f}", "Bonferroni's critical t": f"{bonferroni[k]:.3f}"}
+            for k, look in enumerate(design.boundary())]
+    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+
+
+def boundary_text(designs: Iterable[Design]) -> list[str]:
+    """Markdown lines: each distinct boundary (looks, alpha, spending) with its per-look table."""
+    lines, seen = [], set()
+    for design in designs:
+        key = (design.looks, design.alpha, design.spending)
+        if key in seen:
+            continue
+        seen.add(key)
+        lines += [f"Boundary: {boundary_title(design)}.", "", boundary_markdown(design), ""]
+    return lines
+
+
+def to_markdown(table: pd.DataFrame, designs: Iterable[Design] = ()) -> str:
     """The claims table: per claim and cell the paper's margin, the measured difference and verdict at the
-    paper's setting and tuned, side by side, and whether the verdict survives tuning."""
-    parts = ["# Claims", "", VERDICT_LEGEND, ""]
+    paper's setting and tuned, side by side, and whether the verdict survives tuning; after the legend,
+    the boundary of each design given (:func:`boundary_text`)."""
+    parts = ["# Claims", "", VERDICT_LEGEND, "", *boundary_text(designs)]
     if table.empty:
         return "\n".join(parts + ["No claim of this config's experiments.", ""])
     return "\n".join(parts + [_shown(table, reading_column=False).to_markdown(index=False), ""])

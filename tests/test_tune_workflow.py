@@ -2,12 +2,15 @@
 schedules, and (slow) a whole tuned run whose claims are read at the paper's setting and tuned."""
 
 import json
+import re
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 import yaml
 
-from test_workflow import TINY_CONFIG, planned_jobs, snakemake, write_config
+from fedbench.planning.workflow import WorkflowPlan
+from test_workflow import REPO, TINY_CONFIG, planned_jobs, snakemake, write_config
 
 
 def tuned_config(path, looks=(2, 3)) -> dict:
@@ -54,6 +57,49 @@ def test_the_claims_target_plans_only_what_the_claims_read(tmp_path):
     jobs = planned_jobs(process.stdout)
     assert jobs == {"partition": 3, "train_cell": 4, "tune_trial": 6, "tune_select": 2, "train_tuned": 4,
                     "claims_look": 2, "paper_claims": 1, "claims_tuning_figure": 1, "claims": 1}, jobs
+
+
+def job_priorities(output: str) -> dict[tuple, int]:
+    """(rule, algorithm, seed, trial) -> priority of every training job a dry run lists (0 where it prints none)."""
+    priorities = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", output):
+        rule = re.match(r"(?:local)?rule (\w+):", block.strip())
+        wildcards = re.search(r"wildcards: (.*)", block)
+        if rule and wildcards and rule[1] in ("train_cell", "tune_trial", "train_tuned"):
+            w = dict(item.split("=") for item in wildcards[1].split(", "))
+            priority = re.search(r"priority: (\d+)", block)
+            priorities[(rule[1], w["algorithm"], int(w["seed"]), w.get("trial"))] = int(priority[1]) if priority else 0
+    return priorities
+
+
+def test_the_runs_an_open_claim_waits_for_run_first(tmp_path):
+    """Priorities: the claimed methods' runs of the next look and their trials above FedProx's (no claim
+    reads it), paper-setting runs above tuned ones; once a look closes the claim, its runs lose the lead,
+    and a look that leaves it open gives the next look's seed the lead, below a first look's."""
+    configfile = tmp_path / "tuned.yaml"
+    config = tuned_config(configfile)
+    config["algorithms"]["fedprox"] = {"method": "fedprox"}
+    config["experiments"]["tiny"]["grid"][0]["algorithms"].append("fedprox")
+    write_config(configfile, config)
+    first = job_priorities(snakemake(tmp_path, "-n", configfile=configfile).stdout)
+    assert first[("train_cell", "fedavg", 0, None)] == first[("train_cell", "local", 1, None)] == 1 + 10 + 2
+    assert first[("train_cell", "fedprox", 0, None)] == 1
+    assert first[("tune_trial", "fedavg", 50, "0")] == 10 + 2 + 1 and first[("tune_trial", "fedprox", 50, "0")] == 0
+    assert first[("train_tuned", "local", 0, None)] == 10 + 2 and first[("train_tuned", "fedprox", 0, None)] == 0
+    looks = tmp_path / "results" / "claims" / "default"
+    (looks / "paper").mkdir(parents=True)
+    (looks / "paper" / "look0.json").write_text(json.dumps({"done": True, "open": [], "seeds": [0, 1]}))
+    (looks / "tuned").mkdir(parents=True)
+    (looks / "tuned" / "look0.json").write_text(json.dumps({"done": False, "open": ["fedavg_beats_local"], "seeds": [0, 1]}))
+    later = job_priorities(snakemake(tmp_path, "-n", configfile=configfile).stdout)
+    assert later[("train_cell", "fedavg", 0, None)] == 1  # the paper-setting claim is decided
+    # the second look's seed (planned once the look's checkpoint has run: asked of the plan directly)
+    plan = WorkflowPlan({**config, "results": str(tmp_path / "results")}, REPO)
+    tuned = plan.run_priority("tuned")
+    assert tuned(SimpleNamespace(experiment="tiny", dataset="digits", partition="dir0.5", model="mlr",
+                                 algorithm="fedavg", seed="2")) == 10 + 1  # below a first look's
+    assert plan.run_priority("train")(SimpleNamespace(experiment="tiny", dataset="digits", partition="dir0.5",
+                                                      model="mlr", algorithm="fedavg", seed="0")) == 1
 
 
 @pytest.mark.slow

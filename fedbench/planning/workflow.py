@@ -52,6 +52,11 @@ RUN_FIGURE = "{experiment}/{dataset}_{partition}_{model}_{algorithm}_seed{seed}"
 CLUSTERING_FIGURES = {kind: figure for kind, figure in FIGURES.items() if figure["rule"] == "clustering_figure"}
 # Partitions, encoders and training runs record the provenance of their code and scripts
 # (fedbench.run.provenance): they are not remade when code changes; tables and figures list their code.
+# Training jobs' priorities (``priority:``): paper-setting runs ahead of tuned ones (a tuned run whose
+# tuning chose the configured setting copies the paper-setting run); a run an open claim waits for ahead of
+# every run no claim waits for (WorkflowPlan.run_priority).
+RUN_PRIORITY = {"train": 1, "trial": 0, "tuned": 0}
+CLAIM_PRIORITY = 10
 STAGE_SCRIPTS = ("partition.py", "pretrain_encoder.py", "train.py")
 
 
@@ -423,6 +428,54 @@ class WorkflowPlan:
             return [n for n in evaluated_claims(self.config, paper, setting) if self.config["claims"][n]["experiment"] in with_cells]
         with open(self.look_file(paper, setting, look - 1)) as f:
             return json.load(f)["open"]
+
+    def run_priority(self, kind: str) -> Callable:
+        """A training rule's ``priority:`` (a function of the job's wildcards): :data:`RUN_PRIORITY` of the kind,
+        plus :data:`CLAIM_PRIORITY` for the runs an open claim waits for -- the trials of a tuned claim's
+        methods, the runs of every paper's next look (an earlier look first) -- so that the looks are read, and
+        the claims they close stop asking for seeds, before the rest of the grid trains."""
+
+        def priority(wildcards) -> int:
+            return RUN_PRIORITY[kind] + self._claims_waiting().get((kind, *self._block(wildcards), int(wildcards.seed)), 0)
+
+        return priority
+
+    @staticmethod
+    def _block(w) -> tuple:
+        return w.experiment, w.dataset, w.partition, w.model, w.algorithm
+
+    def _claims_waiting(self) -> dict[tuple, int]:
+        """(kind, experiment, dataset, partition, model, algorithm, seed) -> the priority it adds, for every
+        run an open claim waits for, from the look files on disk now (recomputed when one appears)."""
+        looks = self.config.get("claims_design", {}).get("looks") or []
+        state = []  # per paper and setting: the first look not on disk, and its file's time
+        for paper in config_papers(self.config, self.claimed_experiments()):
+            for setting in self.claim_settings(paper):
+                k = 0
+                while os.path.exists(self._look_on_disk(paper, setting, k)):
+                    k += 1
+                state.append((paper, setting, k))
+        return self._waiting(tuple(state), len(looks))
+
+    def _look_on_disk(self, paper: str, setting: str, look: int) -> str:
+        return f"{self.results}/claims/{paper}/{setting}/look{look}.json"
+
+    @functools.lru_cache(maxsize=8)
+    def _waiting(self, state: tuple, num_looks: int) -> dict[tuple, int]:
+        waiting: dict[tuple, int] = {}
+        for paper, setting, k in state:
+            last = json.loads(Path(self._look_on_disk(paper, setting, k - 1)).read_text()) if k else None
+            if last is not None and last["done"]:
+                continue  # every claim of the paper at the setting is decided
+            bonus = CLAIM_PRIORITY + max(num_looks - k, 0)  # an earlier look first
+            open_claims = self._open_claims(paper, setting, 0) if last is None else last["open"]
+            runs = look_runs(self.config, open_claims, setting, k)
+            if setting == "tuned":  # the tuned runs wait for their methods' trials
+                runs += [trial for block in sorted({r.block for r in runs}) for trial in block_trials(self.config, block)]
+            for run in runs:
+                key = (run.kind, *dataclasses.astuple(run.cell))
+                waiting[key] = max(waiting.get(key, 0), bonus + (run.kind == "trial"))
+        return waiting
 
     def look_runs(self, paper: str, setting: str, look: int, name: str) -> list[str]:
         """``name`` of every run look ``look`` of ``paper``'s claims at ``setting`` reads."""

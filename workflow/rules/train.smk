@@ -21,7 +21,7 @@ rule train_cell:
         PLAN.run_benchmark("train")
     threads: 1
     # ahead of the tuned runs: one whose tuning chose the configured setting copies this run
-    priority: 1
+    priority: PLAN.run_priority("train")  # claims first (fedbench.planning.workflow.RUN_PRIORITY)
     resources:
         # from the cost model (fedbench/cost/, config/throughputs.yaml); docs/cluster.md, "Cost and resources"
         mem_mb=PLAN.train_mem_mb,

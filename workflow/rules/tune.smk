@@ -14,7 +14,7 @@ use rule train_cell as tune_trial with:
         PLAN.run_log("trial"),
     benchmark:
         PLAN.run_benchmark("trial")
-    priority: 0
+    priority: PLAN.run_priority("trial")  # claims first (fedbench.planning.workflow.RUN_PRIORITY)
 
 
 rule tune_select:
@@ -53,7 +53,7 @@ use rule train_cell as train_tuned with:
         PLAN.run_log("tuned"),
     benchmark:
         PLAN.run_benchmark("tuned")
-    priority: 0
+    priority: PLAN.run_priority("tuned")  # claims first (fedbench.planning.workflow.RUN_PRIORITY)
 
 
 rule tuning_figure:

@@ -3,8 +3,8 @@
 The budget bounds the *working* memory of one pass: the chunk's copies of the client weights
 (weights, gradients, momentum, proximal anchor) and the activations of its minibatches, or,
 for evaluation, the activations of a block of test rows.  Activation sizes come from one
-forward pass of the model on the ``meta`` device (no memory, no compute): every leaf module's
-output size per sample.  Training keeps all of them for the backward pass; inference needs
+forward pass of a CPU copy of the model on two zero samples: every leaf module's output size per
+sample.  Training keeps all of them for the backward pass; inference needs
 only a few at a time.
 
 ``training.memory_mb`` sets the budget; by default it is 80 % of the free device memory on
@@ -42,19 +42,24 @@ def budget_bytes(device: torch.device, memory_mb: float | None) -> int:
 @functools.lru_cache(maxsize=32)
 def _activation_sizes(model: nn.Module, input_shape: tuple[int, ...], dtype_bytes: int) -> tuple[int, int]:
     """(sum, max) over leaf modules of their output size in bytes for one sample."""
-    meta = copy.deepcopy(model).to("meta")
+    # a zeroed CPU copy (of a meta model too: the cost model's) run on 2 zero samples: the meta device would
+    # give the same sizes, but its first forward imports torch._dynamo (~1.5 CPU s a job)
+    probe = copy.deepcopy(model).to_empty(device="cpu")
+    with torch.no_grad():
+        for tensor in (*probe.parameters(), *probe.buffers()):
+            tensor.zero_()
     sizes = []
 
     def record(_module, _inputs, output):
         if isinstance(output, torch.Tensor):
             sizes.append(output[0].numel() * dtype_bytes)
 
-    for module in meta.modules():
+    for module in probe.modules():
         if not list(module.children()):
             module.register_forward_hook(record)
     with torch.no_grad():
-        meta.train()
-        meta(torch.empty(2, *input_shape, device="meta"))  # 2 samples: BatchNorm1d needs more than one
+        probe.train()
+        probe(torch.zeros(2, *input_shape))  # 2 samples: BatchNorm1d needs more than one
     input_bytes = math.prod(input_shape) * dtype_bytes
     return sum(sizes) + input_bytes, max(sizes + [input_bytes])
 

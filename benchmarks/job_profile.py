@@ -44,12 +44,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from flt_cell import cpu_now  # noqa: E402  (this folder is the script's first path entry)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,11 +77,6 @@ GROUPS = {
     "outputs": ("outputs",),
     "unattributed": ("unattributed",),
 }
-
-
-def cpu_now() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 class Timers:

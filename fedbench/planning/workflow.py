@@ -448,14 +448,18 @@ class WorkflowPlan:
         """(kind, experiment, dataset, partition, model, algorithm, seed) -> the priority it adds, for every
         run an open claim waits for, from the look files on disk now (recomputed when one appears)."""
         looks = self.config.get("claims_design", {}).get("looks") or []
-        state = []  # per paper and setting: the first look not on disk, and its file's time
-        for paper in config_papers(self.config, self.claimed_experiments()):
-            for setting in self.claim_settings(paper):
-                k = 0
-                while os.path.exists(self._look_on_disk(paper, setting, k)):
-                    k += 1
-                state.append((paper, setting, k))
+        state = []  # per paper and setting: the first look not on disk
+        for paper, setting in self._claim_settings_by_paper:
+            k = 0
+            while os.path.exists(self._look_on_disk(paper, setting, k)):
+                k += 1
+            state.append((paper, setting, k))
         return self._waiting(tuple(state), len(looks))
+
+    @functools.cached_property
+    def _claim_settings_by_paper(self) -> list[tuple[str, str]]:
+        """(paper, setting) of every paper with a claim on an experiment that has cells (once per plan, not per job)."""
+        return [(p, s) for p in config_papers(self.config, self.claimed_experiments()) for s in self.claim_settings(p)]
 
     def _look_on_disk(self, paper: str, setting: str, look: int) -> str:
         return f"{self.results}/claims/{paper}/{setting}/look{look}.json"

@@ -414,3 +414,18 @@ def test_grouped_scores_equal_the_per_client_path_up_to_rounding():
         np.testing.assert_array_equal(grouped.correct, each.correct)
         np.testing.assert_allclose(grouped.loss_sum, each.loss_sum, rtol=1e-5)
         np.testing.assert_allclose(grouped.macro_f1, each.macro_f1, rtol=1e-12)
+
+
+def test_sizing_a_model_with_dropout_leaves_torchs_random_stream_alone():
+    """The activation-size probe (a forward with dropout in training mode) draws nothing from the run's
+    stream: a run's numbers cannot depend on whether the sizes were cached (a resumed run's were not)."""
+    from fedbench.engine import memory
+    from fedbench.models import build_model
+
+    model = build_model({"arch": "mlp_dropout"}, (1, 28, 28), 10)
+    memory._activation_sizes.cache_clear()
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    memory.evaluation_bytes_per_row(model, (1, 28, 28))
+    assert torch.equal(torch.rand(3), expected)

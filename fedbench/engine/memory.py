@@ -57,7 +57,7 @@ def _activation_sizes(model: nn.Module, input_shape: tuple[int, ...], dtype_byte
     for module in probe.modules():
         if not list(module.children()):
             module.register_forward_hook(record)
-    with torch.no_grad():
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # its dropout draws leave the run's stream as it was
         probe.train()
         probe(torch.zeros(2, *input_shape))  # 2 samples: BatchNorm1d needs more than one
     input_bytes = math.prod(input_shape) * dtype_bytes

@@ -44,10 +44,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from flt_cell import cpu_now  # noqa: E402  (this folder is the script's first path entry)
@@ -57,6 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # name: (experiment config, experiment, dataset, partition, model, algorithm) -- one claims job per paper
 JOBS = {
     "flt_enc2": ("flt_claims", "flt_claims", "fashion_mnist", "scenario1", "mlp", "flt_enc2"),
+    # the same job again, reading the client embeddings flt_enc2 kept (fedbench.algorithms.embedding_cache)
+    "flt_enc2_warm": ("flt_claims", "flt_claims", "fashion_mnist", "scenario1", "mlp", "flt_enc2"),
     "flt_fedavg": ("flt_claims", "flt_claims", "fashion_mnist", "scenario1", "mlp", "fedavg"),
     "femam_starved": ("femam_offline", "femam_offline_starved", "fashion_mnist", "fmnist_starved_ml1.2.4", "small_cnn",
                       "femam_starved"),
@@ -184,7 +188,13 @@ def child(name: str, launched: float, data_root: str, workdir: Path, encoders: P
 
     started_wall, started_cpu = time.perf_counter(), cpu_now()
     cell = Cell(experiment, dataset, partition, model, algorithm, 0)
-    job = cell_job(config, cell, device="cpu")
+    # the run keeps what it may share under <workdir>/results/cache (FLT's embeddings): emptied for a cold job
+    cache_root = workdir / "results"
+    if name == "flt_enc2":
+        shutil.rmtree(cache_root / "cache", ignore_errors=True)
+    elif name == "flt_enc2_warm" and not (cache_root / "cache" / "embeddings").is_dir():
+        raise SystemExit("flt_enc2_warm reads the embeddings flt_enc2 keeps: run --jobs flt_enc2,flt_enc2_warm")
+    job = replace(cell_job(config, cell, device="cpu"), results=str(cache_root))
     run = timers.wrap("prepare_other", stages.prepare)(job, npz, workdir / "out" / name)
     run.fed.trainer.train = timers.wrap("train", run.fed.trainer.train)
     from fedbench.engine.weights import model_weights  # noqa: PLC0415

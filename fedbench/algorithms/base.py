@@ -61,6 +61,7 @@ class Federation:
     generator: torch.Generator
     seed: int
     encoders: Path = Path("results/encoders")  # where pretrained encoders (``{name}.pt``) are read from
+    cache: Path | None = None  # where runs keep what others recompute identically (FLT's fine-tuned embeddings); None: nowhere
     teams: np.ndarray | None = None  # team of every client where the partition defines teams (pFedMT's tiers)
     clusters: np.ndarray | None = None  # planted cluster of every client, where the partition has them; read only
     # by readings that use oracle information (FLT's ``k: ground_truth``, the authors' code)

@@ -48,6 +48,7 @@ import torch
 
 from fedbench.algorithms.base import ALGORITHMS, Algorithm, Clustering, Federation, Workload
 from fedbench.clustering.fcr import code_client_order, cut_linkage, fcr, pca_signatures, relatedness
+from fedbench.algorithms.embedding_cache import cached_embeddings, embedding_key
 from fedbench.algorithms.flt_encoders import embed_clients, load_encoder
 from fedbench.engine.traffic import Traffic, weights_bytes
 from fedbench.engine.weights import Weights, broadcast, put_rows, rows
@@ -169,11 +170,18 @@ class FLT(Algorithm):
         everyone = torch.arange(fed.num_clients, device=fed.device)
         num_clusters = None if self.cluster_count in (None, "auto") else int(self.cluster_count)  # None: HC picks C
         if self.signature == "encoder":
-            encoder = load_encoder(fed.encoders / f"{self.encoder}.pt").to(fed.device)
-            embeddings = embed_clients(
-                encoder, fed.data, everyone, finetune_epochs=self.finetune_epochs,
-                lr=1e-3, batch_size=64, generator=fed.generator,  # the original code: Adam 1e-3, batch 64
-            )
+            encoder_file = fed.encoders / f"{self.encoder}.pt"
+            encoder = load_encoder(encoder_file).to(fed.device)
+            finetune = {"finetune_epochs": self.finetune_epochs, "lr": 1e-3, "batch_size": 64}  # the code's Adam 1e-3, batch 64
+
+            def compute():
+                return embed_clients(encoder, fed.data, everyone, generator=fed.generator, **finetune)
+
+            if self.finetune_epochs and fed.cache is not None:  # Enc2's fine-tuning: once per seed and data
+                key = embedding_key(encoder_file, fed.data, everyone, fed.generator, finetune)
+                embeddings = cached_embeddings(fed.cache, key, fed.generator, compute)
+            else:
+                embeddings = compute()
             k = ground_truth_k(fed) if self.k == "ground_truth" else self.k
             result = fcr(
                 embeddings, k=k, gamma=self.gamma,

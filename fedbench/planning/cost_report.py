@@ -63,6 +63,7 @@ from fedbench.config.layout import RUN_KINDS, partition_stem
 from fedbench.cost import (
     OVERHEADS, THROUGHPUTS, cell_cost, device_kind, estimated_shape, summary_shape, throughputs,
 )
+from fedbench.cost.server import relatedness_seconds
 from fedbench.engine.numerics import Numerics
 from fedbench.registry.plugins import load_plugins
 from fedbench.config.files import load_yaml_strict
@@ -108,6 +109,7 @@ def config_costs(config: dict, claims_only: bool = False, numerics: str | None =
     table = throughputs()
     out: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "hours": dict.fromkeys(DEVICES, 0.0), "failing": {},
                                                  "calibrated": dict.fromkeys(DEVICES, True), "estimated": False})
+    embedded = set()  # the fine-tuned embeddings some job already computes (then kept for the others)
     for name, cell, cfg in planned_jobs(config, claims_only):
         spec = resolve_cell(cfg, cell)
         spec["training"] = {**TRAINING_DEFAULTS, **spec["training"], **(Numerics.parse(numerics).record() if numerics else {})}
@@ -120,10 +122,24 @@ def config_costs(config: dict, claims_only: bool = False, numerics: str | None =
         except ValueError as error:  # a model that cannot be built for the data: the job would fail too
             row["failing"][f"{cell.dataset}/{cell.model}"] = str(error)
             continue
+        shared = shared_embeddings(spec, cell)
         for device, cost in costs.items():
-            row["hours"][device] += cost.seconds / 3600
+            kept = relatedness_seconds(spec, shape, table, device) if shared is not None and shared in embedded else 0.0
+            row["hours"][device] += (cost.seconds - kept) / 3600
             row["calibrated"][device] &= cost.calibrated
+        embedded.add(shared)
     return dict(out)
+
+
+def shared_embeddings(spec: dict, cell) -> tuple | None:
+    """What FLT's fine-tuned client embeddings depend on among a plan's jobs (the encoder, J, the data, the
+    partition, the seed, the hold-out), so that the runs with equal keys compute them once
+    (:mod:`fedbench.algorithms.embedding_cache`); None where a run fine-tunes no encoder."""
+    algorithm = spec["algorithm"]
+    if not algorithm.get("encoder") or not algorithm.get("finetune_epochs"):
+        return None
+    return (algorithm["encoder"], algorithm["finetune_epochs"], cell.dataset, cell.partition, cell.seed,
+            spec["training"].get("holdout", 0.0))
 
 
 def _hours(value: float, calibrated: bool) -> str:

@@ -94,6 +94,7 @@ def _federation(job: CellJob, data: FederatedData, groups: dict) -> Federation:
         generator=torch.Generator().manual_seed(cell.seed),
         seed=cell.seed,
         encoders=Path(job.encoders),
+        cache=Path(job.results) / "cache",
         teams=None if "team" not in groups else np.asarray(groups["team"]),
         clusters=None if "cluster" not in groups else np.asarray(groups["cluster"]),
         bn_aggregation=training["bn_aggregation"],

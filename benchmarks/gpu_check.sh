@@ -13,7 +13,11 @@
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_SIZE=tiny GPU_CHECK_BUDGET=60 GRIDS_WORKERS=1 GPU_CHECK=grids \
 #     bash benchmarks/gpu_check.sh OUT .venv/bin/python                 # the grids part's selection on the CPU
 #
-# Parts (GPU_CHECK, default "profile matrix algorithms concurrent compile tests grids"), in this order:
+# Parts (GPU_CHECK, default "batching profile matrix algorithms concurrent compile tests grids"), in this order:
+#   batching    S = 10 runs trained as one vectorised call against 10 calls (issue 56): FLT's local round
+#               (784-200-10 MLP, 20 clients each) and pFedMT's MLR device step (50 devices each), ms per run
+#               and the ratio, each client's weights compared between the two ways: benchmarks/run_batching.py
+#               -> batching.log
 #   profile     one round of the wide ResNet-9 and ResNet-20 steps (fp32 and bf16 + channels_last) under
 #               torch.profiler: where the device time goes, by kind (convolution forward, data and weight
 #               gradients, BatchNorm, matrix products, elementwise, copies) and by kernel, to tell why
@@ -76,7 +80,7 @@ python=${2:-python3}
 budget=${GPU_CHECK_BUDGET:-570}
 device=${GPU_CHECK_DEVICE:-cuda}
 size=${GPU_CHECK_SIZE:-paper}
-parts=" ${GPU_CHECK:-profile matrix algorithms concurrent compile tests grids} "
+parts=" ${GPU_CHECK:-batching profile matrix algorithms concurrent compile tests grids} "
 k=${CONCURRENT_K:-4}
 scale=${GPU_CHECK_SCALE:-1}  # multiplies every step's time limit (a dry run on a slow CPU)
 mkdir -p "$out"
@@ -114,6 +118,12 @@ count() { if [[ -f "$2" ]]; then grep -c "$1" "$2"; else echo 0; fi; }
 families=${GPU_CHECK_FAMILIES:-resnet9 resnet20 vgg16 fedavg_cnn leaf_cnn mlp}  # the matrix's and compile's families
 declare -A limit=([mlp]=30 [fedavg_cnn]=45 [leaf_cnn]=45 [resnet9]=60 [resnet20]=50 [vgg16]=50)
 matrix=(--size "$size" --device "$device" --csv "$out/matrix.csv")
+
+if has batching; then
+  runs=$([[ $size == tiny ]] && echo 2 || echo 10)
+  step "batching" 45 bash -c "\"\$0\" benchmarks/run_batching.py --device \"\$1\" --runs \$2 --repeats 5 2>&1 | tee -a \"\$3\"; \
+    exit \${PIPESTATUS[0]}" "$python" "$device" "$runs" "$out/batching.log"
+fi
 
 if has profile; then
   for family in resnet9 resnet20; do

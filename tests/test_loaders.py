@@ -153,9 +153,12 @@ def test_mnist_reads_gzipped_idx_and_normalises_half(tmp_path):
 
 def test_gzipped_idx_appears_under_its_name_only_once_whole(tmp_path, monkeypatch):
     """Two jobs of one dataset (two partitions, say) may start together: while one decompresses a
-    file, the other must not find a half-written file under the real name (it did, and torchvision
-    failed on its empty header).  Each file is decompressed elsewhere and moved into place whole."""
+    file for torchvision's reader (EMNIST's), the other must not find a half-written file under the
+    real name (it did, and torchvision failed on its empty header).  Each file is decompressed
+    elsewhere and moved into place whole."""
     import torchvision.datasets.utils as tv_utils
+
+    from fedbench.data import vision
 
     raw = tmp_path / "MNIST" / "raw"
     write_mnist(raw, MNIST_NAMES, 6, 4, compress=True)
@@ -168,9 +171,28 @@ def test_gzipped_idx_appears_under_its_name_only_once_whole(tmp_path, monkeypatc
         return out
 
     monkeypatch.setattr(tv_utils, "extract_archive", watched)
-    ds = load_dataset({"source": "mnist"}, tmp_path)
-    assert visible_while_writing == [False] * 4 and len(ds.y) == 10
+    vision._prepare_idx("emnist", raw, MNIST_NAMES)
+    assert visible_while_writing == [False] * 4
     assert sorted(p.name for p in raw.iterdir()) == sorted(MNIST_NAMES + [f"{n}.gz" for n in MNIST_NAMES])
+
+
+def test_mnist_is_read_in_place_from_a_read_only_linked_copy(tmp_path):
+    """A user who keeps datasets in one place links the data root's ``MNIST/raw`` to that copy (here
+    read-only, gzipped, as the distributed files): the files are read where they are, nothing is
+    written beside them, and the numbers are the files' own."""
+    store = tmp_path / "datasets" / "mnist"
+    arrays = write_mnist(store, MNIST_NAMES, 6, 4, compress=True)
+    store.chmod(0o555)
+    try:
+        (tmp_path / "data" / "MNIST").mkdir(parents=True)
+        (tmp_path / "data" / "MNIST" / "raw").symlink_to(store)
+        ds = load_dataset({"source": "mnist", "normalize": "none"}, tmp_path / "data")
+        assert sorted(p.name for p in store.iterdir()) == sorted(f"{n}.gz" for n in MNIST_NAMES)
+    finally:
+        store.chmod(0o755)
+    check_common(ds, 10, (1, 28, 28), 4, 10)
+    np.testing.assert_allclose(ds.x[:6, 0], arrays[MNIST_NAMES[0]] / 255.0, atol=1e-6)
+    np.testing.assert_array_equal(ds.y[6:], arrays[MNIST_NAMES[3]])
 
 
 def test_fashion_mnist_reads_uncompressed_idx_without_normalisation(tmp_path):

@@ -220,11 +220,12 @@ def _read_idx_pair(cls, dataset: str, root: Path, names: Sequence[str], download
 
 
 def _mnist_like(name: str, dataset: str, root: Path, download: bool, normalize, how: str = _IDX_HOW) -> ArrayDataset:
-    """MNIST or Fashion-MNIST (torchvision's class ``name``) from ``<root>/<name>/raw``; torchvision is
-    imported only to download the files or to decompress a ``.gz`` in place (:func:`_prepare_idx`)."""
+    """MNIST or Fashion-MNIST (torchvision's class ``name``) from ``<root>/<name>/raw``, read in place: a
+    ``.gz`` is decompressed in memory and nothing is written there, so the folder may be a link to a
+    read-only copy kept elsewhere; torchvision is imported only to download the files."""
     if download:
         _read_idx_pair(getattr(tvd, name), dataset, root, IDX_NAMES, download)
-    _prepare_idx(dataset, _raw(root, name), IDX_NAMES, how)
+    require_idx(dataset, _raw(root, name), IDX_NAMES, how)
     return _read_mnist_files(_raw(root, name), normalize)
 
 

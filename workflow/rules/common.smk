@@ -8,7 +8,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from fedbench.config.files import ConfigFileError
+from fedbench.config.files import ConfigFileError, normalise_config
 from fedbench.planning.preflight import Workplace
 from fedbench.planning.validate import validate_config
 from fedbench.planning.workflow import WorkflowPlan
@@ -49,11 +49,13 @@ def workplace():
 # there, whether the run can end).  A schema violation's full report goes to CONFIG_ERROR_LOG.
 # The plan's estimate goes to stderr, one line.
 CONFIG_ERROR_LOG = Path(".snakemake/log/fedbench_config_error.log")
+SCHEMA = Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"
+normalise_config(config, SCHEMA)  # --config check_data=false as the boolean, ~ and $HOME in results expanded
 try:
     PLAN_ESTIMATE = validate_config(
         config,
         workflow.configfiles,
-        schema=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
+        schema=SCHEMA,
         published_csv=Path(workflow.basedir) / "config/published_results.csv",
         workplace=workplace(),
     )

@@ -132,6 +132,19 @@ def check_schema(config: dict, schema_path: str | Path = SCHEMA) -> None:
     raise ConfigFileError(message, detail="\n\n".join(str(e) for e in errors))
 
 
+def training_problem(key: str, value, schema_path: str | Path = SCHEMA) -> str | None:
+    """Why ``value`` is not a valid ``training.<key>`` by the schema (``0 is less than the minimum of 1``), or ``None``."""
+    import jsonschema
+
+    with open(schema_path) as f:
+        schema = yaml.safe_load(f)
+    training = schema["properties"]["experiments"]["additionalProperties"]["properties"]["training"]["properties"]
+    if key not in training:
+        return None
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(training[key]).iter_errors(value))
+    return None if error is None else error.message
+
+
 # ---- numbers -------------------------------------------------------------------------------
 
 

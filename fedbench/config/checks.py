@@ -17,6 +17,7 @@ facts); this module applies them generically and names none.  The workflow's ful
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
 
 from fedbench.config.cells import TRAINING_DEFAULTS, ConfigError
@@ -59,6 +60,7 @@ def check_entries(config: dict) -> None:
     except PluginError as error:
         raise ConfigError(f"plugins: {error}") from None
     _check_encoder_datasets(config)
+    _check_tracking(config)
     for section, (key, registry, extra) in SECTIONS.items():
         for name, entry in config.get(section, {}).items():
             where = f"{section}.{name}"
@@ -341,6 +343,17 @@ def _check_memory_budgets(config: dict) -> None:
                     check_one_client_fits(config["models"][model], shape, training, "cpu")
                 except MemoryBudgetError as error:
                     raise ConfigError(f"experiments.{experiment}.grid[{i}] ({dataset}/{partition}/{model}): {error}") from None
+
+
+def _check_tracking(config: dict) -> None:
+    """``tensorboard: true`` needs torch's TensorBoard writer, which needs the optional tensorboard package."""
+    if config.get("tensorboard") is not True:
+        return
+    try:
+        importlib.import_module("torch.utils.tensorboard")
+    except ImportError as error:
+        raise ConfigError(f"tensorboard: true needs the tensorboard package, which is not installed here ({error}); "
+                          "install the optional extra, pip install -e '.[tensorboard]', or set tensorboard: false") from None
 
 
 def _check_encoder_datasets(config: dict) -> None:

@@ -15,6 +15,7 @@ and what to do, raised before anything is written.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import subprocess
 from dataclasses import dataclass
@@ -22,8 +23,9 @@ from pathlib import Path
 
 from fedbench.config.cells import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, resolve_cell
 from fedbench.cost import cell_cost, device_kind
-from fedbench.planning.cost_report import ADDED_SEEDS, cell_shape, planned_jobs
+from fedbench.planning.cost_report import cell_shape, planned_jobs
 from fedbench.data.sources import missing_files
+from fedbench.results.claims.spec import evaluated_claims
 
 LONG_CELL_DAYS = 7  # a cell estimated longer than this on its device is refused unless allow_long: true
 # training settings that scale a cell's time, tried at their defaults to name the one that drives it
@@ -46,12 +48,14 @@ class Workplace:
 def check_workplace(config: dict, place: Workplace) -> PlanEstimate:
     """Refuse (:class:`ConfigError`, one line) what the jobs would hit; return the plan's estimate."""
     check_results(config.get("results", "results"), place)
+    if place.claims_only:
+        check_claims_target(config)
     if config.get("check_data", True):
         check_data(config, place)
     estimate = plan_estimate(config, plan_device(config.get("device", "auto"), place.train_gpus), place)
     if not config.get("allow_long", False):
         check_run_length(config, estimate, place)
-    return estimate
+    return dataclasses.replace(estimate, notes=tuple(plan_notes(config, place)))
 
 
 def plan_device(device: str, train_gpus: int = 0) -> str:
@@ -127,6 +131,38 @@ def _tracked_file(repo: Path, path: Path) -> str | None:
     return next(iter(listed.splitlines()), None)
 
 
+# ---- what the claims target evaluates ------------------------------------------------------
+
+
+def check_claims_target(config: dict) -> None:
+    """Refuse the ``claims`` target where ``only_experiments`` leaves out every claim's experiment (it would
+    evaluate nothing); a claim left out beside others that run is named in the plan's notes (:func:`plan_notes`)."""
+    claims = config.get("claims") or {}
+    if not claims:
+        raise ConfigError("claims: the config has no claims; the claims target evaluates the config's claims "
+                          "(run the tables target, or add claims)")
+    if not evaluated_claims(config):
+        name, claim = next(iter(claims.items()))
+        raise ConfigError(f"claims.{name}.experiment: {claim['experiment']!r} is left out by only_experiments "
+                          f"{config['only_experiments']}, as every claim's experiment is: the claims target would "
+                          "evaluate nothing; add the claims' experiments to only_experiments")
+
+
+def plan_notes(config: dict, place: Workplace) -> list[str]:
+    """Lines planning prints beside its estimate: claims ``only_experiments`` leaves out, a ``results``
+    folder outside the repository."""
+    notes = []
+    left_out = sorted(set(config.get("claims") or {}) - set(evaluated_claims(config)))
+    if left_out and config.get("only_experiments") is not None:
+        notes.append(f"fedbench plan: claims {', '.join(left_out)} left out (their experiments are not in only_experiments)")
+    results = Path(os.path.realpath(Path(place.workdir, config.get("results", "results"))))
+    inside = [Path(os.path.realpath(folder)) for folder in (place.repo, place.workdir)]
+    if not any(folder in results.parents for folder in inside):
+        notes.append(f"fedbench plan: results go to {results}, outside the repository and the working directory "
+                     "(accepted: a folder of its own)")
+    return notes
+
+
 # ---- whether the data is there -------------------------------------------------------------
 
 
@@ -166,6 +202,7 @@ class PlanEstimate:
     largest_seconds: float
     calibrated: bool
     claims_only: bool = False
+    notes: tuple[str, ...] = ()  # further lines planning prints (plan_notes)
 
     def line(self) -> str:
         """The estimate in one line, as planning prints it."""
@@ -185,9 +222,7 @@ def plan_estimate(config: dict, device: str, place: Workplace) -> PlanEstimate:
     and tuned runs (:func:`fedbench.planning.cost_report.planned_jobs`; not the seeds the claims' looks may add,
     which depend on the runs; with ``place.claims_only``, those the claims read), the sum and the longest."""
     total, largest, longest, calibrated, jobs = 0.0, None, 0.0, True, 0
-    for row, cell, cfg in planned_jobs(config, claims_only=place.claims_only):
-        if row == ADDED_SEEDS:
-            continue
+    for row, cell, cfg in planned_jobs(config, claims_only=place.claims_only, added=False):
         cost = cell_cost(*_cell_inputs(cfg, cell, place), device)
         jobs += 1
         total += cost.seconds

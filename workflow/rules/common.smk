@@ -67,7 +67,7 @@ except ValueError as error:
     raise WorkflowError(f"Invalid fedbench config: {error}")
 validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defaults (path: relative to this file)
 if PLAN_ESTIMATE is not None:
-    print(PLAN_ESTIMATE.line(), file=sys.stderr)
+    print("\n".join([PLAN_ESTIMATE.line(), *PLAN_ESTIMATE.notes]), file=sys.stderr)
 
 
 def look_file(paper, setting, look):

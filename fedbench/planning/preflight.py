@@ -21,10 +21,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbench.config.cells import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, resolve_cell
+from fedbench.config.cells import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, planned_encoders, resolve_cell
 from fedbench.cost import cell_cost, device_kind
 from fedbench.planning.cost_report import cell_shape, planned_jobs
 from fedbench.data.sources import missing_files
+from fedbench.planning.missing_data import skips_missing, without_missing
 from fedbench.results.claims.spec import evaluated_claims
 
 LONG_CELL_DAYS = 7  # a cell estimated longer than this on its device is refused unless allow_long: true
@@ -50,7 +51,9 @@ def check_workplace(config: dict, place: Workplace) -> PlanEstimate:
     check_results(config.get("results", "results"), place)
     if place.claims_only:
         check_claims_target(config)
-    if config.get("check_data", True):
+    if skips_missing(config):
+        config = without_missing(config, place.workdir)[0]  # the cells whose data is there
+    elif config.get("check_data", True):
         check_data(config, place)
     estimate = plan_estimate(config, plan_device(config.get("device", "auto"), place.train_gpus), place)
     if not config.get("allow_long", False):
@@ -167,14 +170,16 @@ def plan_notes(config: dict, place: Workplace) -> list[str]:
 
 
 def planned_datasets(config: dict) -> list[str]:
-    """The dataset entries the plan reads: those of its partitions (cells, ``partition_grid``) and encoders."""
+    """The dataset entries the planned jobs read: those of their partitions (the cells ``only_experiments``
+    keeps, ``partition_grid``) and of the encoders they pretrain (:func:`~fedbench.config.cells.planned_encoders`)."""
     names = {dataset for dataset, _, _ in expand_partitions(config)}
-    names |= {entry["dataset"] for entry in config.get("encoders", {}).values()}
+    names |= {config["encoders"][name]["dataset"] for name in planned_encoders(config)}
     return sorted(names)
 
 
 def check_data(config: dict, place: Workplace) -> None:
-    """Refuse a plan whose datasets' files are not under ``data_root``, naming every missing one."""
+    """Refuse a plan whose datasets' files are not under ``data_root``, naming every missing one (with
+    ``missing_data: skip``, only where no cell would be left, :mod:`fedbench.planning.missing_data`)."""
     root = Path(place.workdir, config.get("data_root", "data"))
     problems = []
     for name in planned_datasets(config):
@@ -183,7 +188,8 @@ def check_data(config: dict, place: Workplace) -> None:
             problems.append(f"datasets.{name}: {problem.rstrip('.')}")
     if problems:
         raise ConfigError(
-            "; ".join(problems) + "; where the compute nodes see other disks than this host, set check_data: false"
+            "; ".join(problems) + "; to run only the cells whose data is there, set missing_data: skip; to plan without "
+            "the data (or where the compute nodes see other disks than this host), set check_data: false"
         )
 
 

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from fedbench.config.files import ConfigFileError, normalise_config
+from fedbench.planning.missing_data import leave_out_missing
 from fedbench.planning.preflight import Workplace
 from fedbench.planning.validate import validate_config
 from fedbench.planning.workflow import WorkflowPlan
@@ -75,6 +76,7 @@ def look_file(paper, setting, look):
     return checkpoints.claims_look.get(paper=paper, setting=setting, look=str(look)).output[0]
 
 
-PLAN = WorkflowPlan(config, workflow.basedir, train_gpus(), look_file)
+LEFT_OUT = leave_out_missing(config, Path.cwd())  # missing_data: skip: the cells whose data is not on disk
+PLAN = WorkflowPlan(config, workflow.basedir, train_gpus(), look_file, LEFT_OUT)
 RESULTS = PLAN.results
 PUBLISHED_CSV = str(Path(workflow.basedir, "config", "published_results.csv"))  # the papers' numbers

@@ -390,7 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             parser.error(f"--numerics: {error}")
     for path in args.configfiles:
-        print(report(path, args.claims, args.numerics))
+        try:
+            print(report(path, args.claims, args.numerics))
+        except ValueError as error:  # a file that is not YAML (a tab), a repeated key: one line
+            print(f"fedbench cost: {error}", file=sys.stderr)
+            return 2
     every = []
     for root in args.check:
         rows, skipped = check_runs(root)

@@ -91,12 +91,9 @@ EXITING_PLUGIN = "import argparse\n\nparser = argparse.ArgumentParser()\nparser.
 # through ``snakemake -n``, one case per category and every case that depends on the command line
 STOPS = {
     "misspelt_knob": (tuned(knobs={"momentun": [0.1, 0.9]}), (), "experiments.tiny.tune.knobs.momentun", "did you mean 'momentum'"),
-    "ari_of_fedavg": (claimed(better="fedavg", than="local", metric="ari"), (), "claims.c.metric", "algorithms.fedavg"),
     "left_out_claim": (left_out_claim(), ("claims",), "claims.c.experiment", "left out by only_experiments"),
-    "huge_seed_cap": (with_design([1, 10_000_000]), (), "claims_design.looks[1]", "maximum of 1000"),
     "tensorboard_missing": (tiny(tensorboard=True), (), "tensorboard", "pip install -e '.[tensorboard]'"),
     "exiting_plugin": (tiny(plugins=["exiting_plugin"]), (), "plugins", "plugin 'exiting_plugin'"),
-    "plugin_registers_nothing": (tiny(plugins=["json"]), (), "plugins", "plugin 'json'"),
     "recursive_anchor": ("loop: &loop [0, *loop]\n", (), "loop[1]", "recursive YAML anchor"),
     # data: FLT's grid with only its MNIST table names only the MNIST family, never CIFAR
     "flt_mnist_without_data": (REPO / "config" / "experiments" / "flt.yaml",
@@ -121,6 +118,9 @@ VALUES = {
                          "experiments.tiny.tune.knobs.weight_decay", "needs a positive configured value"),
     "relative_over_bound": (tuned(knobs={"momentum": {"relative": [0.5, 4.0]}}), "experiments.tiny.tune.knobs.momentum",
                             "high end"),
+    "ari_of_fedavg": (claimed(better="fedavg", than="local", metric="ari"), "claims.c.metric", "algorithms.fedavg"),
+    "huge_seed_cap": (with_design([1, 10_000_000]), "claims_design.looks[1]", "maximum of 1000"),
+    "plugin_registers_nothing": (tiny(plugins=["json"]), "plugins", "plugin 'json'"),
     "global_of_local": (claimed(better="fedavg", than="local", metric="global_accuracy"), "claims.c.metric", "algorithms.local"),
     "ari_on_iid": (clustered_claim(), "claims.c.metric", "partitions.iid (kind 'iid') plants none"),
     "itself": (claimed(better="fedavg", than="fedavg"), "claims.c.than", "two different algorithm entries"),

@@ -287,7 +287,8 @@ def _check_knob_names(config: dict, experiment: str, block: dict, entries: set[s
 
 def _check_knob_bounds(config: dict, experiment: str, block: dict, algorithm: str) -> None:
     """Every value a knob's space can draw for ``algorithm`` (its :func:`extremes`) lies inside the
-    knob's bounds: the builder's for a parameter, the schema's for a training setting."""
+    knob's bounds: the builder's for a parameter, the schema's for a training setting; a cluster count the
+    block's ``knobs`` give, at most a partition's clients."""
     from fedbench.config.checks import cluster_problem, grid_client_counts
     from fedbench.config.files import training_problem
 
@@ -304,7 +305,8 @@ def _check_knob_bounds(config: dict, experiment: str, block: dict, algorithm: st
             else:
                 try:
                     ALGORITHMS.check_params(method, {**entry, knob: value}, f"algorithms.{algorithm}")
-                    problem = cluster_problem(value, clients) if knob == "num_clusters" else None
+                    written = knob in block["knobs"]  # a registered list is the method's, not the config's
+                    problem = cluster_problem(value, clients) if knob == "num_clusters" and written else None
                 except ValueError as error:
                     problem = str(error)
             if problem:

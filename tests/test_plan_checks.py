@@ -125,7 +125,7 @@ VALUES = {
     "ari_on_iid": (clustered_claim(), "claims.c.metric", "partitions.iid (kind 'iid') plants none"),
     "itself": (claimed(better="fedavg", than="fedavg"), "claims.c.than", "two different algorithm entries"),
     "unreachable": (claimed(algorithm="fedavg", at_least=150), "claims.c.at_least", "[0, 100]"),
-    "check_data_as_a_word": (tiny(check_data="maybe"), "check_data", "is not of type 'boolean'"),
+    "check_data_as_a_word": (tiny(check_data="maybe"), "check_data", "write true or false"),
 }
 
 # case -> (config, extra command-line arguments, what the plan's output holds)
@@ -208,8 +208,8 @@ def test_a_bad_config_stops_planning_with_one_line_naming_the_key(dry_runs, case
 @pytest.mark.parametrize("case", list(VALUES))
 def test_a_bad_value_stops_planning_with_one_line_naming_the_key(tmp_path, case):
     config, key, fragment = copy.deepcopy(VALUES[case][0]), *VALUES[case][1:]
-    normalise_config(config)
     with pytest.raises(ValueError) as caught:
+        normalise_config(config)
         validate_config(config, workplace=Workplace(REPO, tmp_path))
     line = str(caught.value)
     assert "\n" not in line and line.startswith(f"{key}:"), line

@@ -173,14 +173,16 @@ EXPANDED_PATHS = ("results", "data_root")
 def normalise_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
     """``config`` in place, and returned: a top-level boolean given as a string (``--config
     check_data=false``: Snakemake reads only ``True``/``False`` as booleans) as the boolean, where
-    it is one of true/yes/on/false/no/off (any case); ``~`` and ``$VARS`` in :data:`EXPANDED_PATHS`
-    expanded as a shell would."""
+    it is one of true/yes/on/false/no/off (any case), else :class:`ConfigFileError` showing the spelling;
+    ``~`` and ``$VARS`` in :data:`EXPANDED_PATHS` expanded as a shell would."""
     with open(schema_path) as f:
         properties = yaml.safe_load(f).get("properties", {})
     for key, value in config.items():
         if properties.get(key, {}).get("type") == "boolean" and isinstance(value, str):
-            if value.lower() in TRUE + FALSE:
-                config[key] = value.lower() in TRUE
+            if value.lower() not in TRUE + FALSE:
+                raise ConfigFileError(f"{key}: {value!r} is not a boolean; write true or false (also yes/no, on/off: "
+                                      f"--config {key}=false)")
+            config[key] = value.lower() in TRUE
     for key in EXPANDED_PATHS:
         if isinstance(config.get(key), str):
             config[key] = os.path.expanduser(os.path.expandvars(config[key]))

@@ -51,8 +51,8 @@ def workplace():
 # The plan's estimate goes to stderr, one line.
 CONFIG_ERROR_LOG = Path(".snakemake/log/fedbench_config_error.log")
 SCHEMA = Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"
-normalise_config(config, SCHEMA)  # --config check_data=false as the boolean, ~ and $HOME in results expanded
 try:
+    normalise_config(config, SCHEMA)  # --config check_data=false as the boolean, ~ and $HOME in results expanded
     PLAN_ESTIMATE = validate_config(
         config,
         workflow.configfiles,

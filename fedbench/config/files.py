@@ -24,6 +24,7 @@ The semantic checks (names, parameter values, grids, published links) are
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import os
 from pathlib import Path
@@ -132,13 +133,18 @@ def check_schema(config: dict, schema_path: str | Path = SCHEMA) -> None:
     raise ConfigFileError(message, detail="\n\n".join(str(e) for e in errors))
 
 
+@functools.lru_cache(maxsize=4)
+def _schema(path: str) -> dict:
+    """The schema file at ``path``, read once per process (callers do not change it)."""
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
 def training_problem(key: str, value, schema_path: str | Path = SCHEMA) -> str | None:
     """Why ``value`` is not a valid ``training.<key>`` by the schema (``0 is less than the minimum of 1``), or ``None``."""
     import jsonschema
 
-    with open(schema_path) as f:
-        schema = yaml.safe_load(f)
-    training = schema["properties"]["experiments"]["additionalProperties"]["properties"]["training"]["properties"]
+    training = _schema(str(schema_path))["properties"]["experiments"]["additionalProperties"]["properties"]["training"]["properties"]
     if key not in training:
         return None
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(training[key]).iter_errors(value))
@@ -175,8 +181,7 @@ def normalise_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
     check_data=false``: Snakemake reads only ``True``/``False`` as booleans) as the boolean, where
     it is one of true/yes/on/false/no/off (any case), else :class:`ConfigFileError` showing the spelling;
     ``~`` and ``$VARS`` in :data:`EXPANDED_PATHS` expanded as a shell would."""
-    with open(schema_path) as f:
-        properties = yaml.safe_load(f).get("properties", {})
+    properties = _schema(str(schema_path)).get("properties", {})
     for key, value in config.items():
         if properties.get(key, {}).get("type") == "boolean" and isinstance(value, str):
             if value.lower() not in TRUE + FALSE:

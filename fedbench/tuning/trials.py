@@ -32,6 +32,8 @@ import numpy as np
 from scipy.stats import qmc
 
 from fedbench.config.cells import TRAINING_DEFAULTS, ConfigError
+from fedbench.config.checks import cluster_problem, grid_client_counts
+from fedbench.config.files import training_problem
 from fedbench.registry.algorithms import ALGORITHMS
 from fedbench.registry.search_space import (
     COMMON_SEARCH,
@@ -289,9 +291,6 @@ def _check_knob_bounds(config: dict, experiment: str, block: dict, algorithm: st
     """Every value a knob's space can draw for ``algorithm`` (its :func:`extremes`) lies inside the
     knob's bounds: the builder's for a parameter, the schema's for a training setting; a cluster count the
     block's ``knobs`` give, at most a partition's clients."""
-    from fedbench.config.checks import cluster_problem, grid_client_counts
-    from fedbench.config.files import training_problem
-
     method = config["algorithms"][algorithm]["method"]
     entry = {k: v for k, v in config["algorithms"][algorithm].items() if k != "method"}
     base = configured(config, experiment, algorithm)

@@ -96,6 +96,7 @@ rule tables:
         femam=PLAN.femam_figures(),
         gamma=PLAN.gamma_sweep_figures(),
         claims=PLAN.claims_files(),
+        left_out=PLAN.left_out_files(),  # missing_data: skip: the cells not run, with the reason
 
 
 # The papers' claims alone: only the runs, tuning trials and looks the claims read (a claims table

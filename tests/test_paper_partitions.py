@@ -88,7 +88,7 @@ def test_missing_dataset_stops_planning_and_with_check_data_false_fails_the_job(
     refused = [line for line in process.stdout.splitlines() if "Invalid fedbench config" in line]
     assert len(refused) == 1 and refused[0].startswith("Invalid fedbench config: datasets.mnist_flt: dataset 'mnist' not found"), \
         process.stdout[-3000:]
-    message = refused[0].removeprefix("Invalid fedbench config: datasets.mnist_flt: ").split("; where the compute")[0]
+    message = refused[0].removeprefix("Invalid fedbench config: datasets.mnist_flt: ").split("; to run only the cells")[0]
     assert str(tmp_path / "empty" / "MNIST" / "raw") in message and "train-images-idx3-ubyte" in message
     assert sorted(p for p in tmp_path.rglob("*") if ".snakemake" not in p.parts) == before
 

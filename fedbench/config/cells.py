@@ -48,6 +48,16 @@ def expand_partitions(config: dict) -> list[tuple[str, str, int]]:
     return sorted(wanted)
 
 
+def planned_encoders(config: dict) -> list[str]:
+    """The ``encoders`` entries the plan pretrains: those the planned cells' algorithms read, and those no
+    algorithm entry reads (declared to be pretrained on their own) unless ``only_experiments`` narrows the plan."""
+    declared = config.get("encoders", {})
+    read = {config["algorithms"][c.algorithm].get("encoder") for c in expand_cells(config)}
+    referenced = {entry.get("encoder") for entry in config.get("algorithms", {}).values()}
+    alone = config.get("only_experiments") is None
+    return [name for name in declared if name in read or (alone and name not in referenced)]
+
+
 def expand_cells(config: dict) -> list[Cell]:
     """Every experiment's grid blocks (cartesian products) times every seed, without duplicates
     (only the experiments listed in ``only_experiments``, where the config has that key)."""

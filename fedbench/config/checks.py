@@ -17,6 +17,7 @@ facts); this module applies them generically and names none.  The workflow's ful
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
 
 from fedbench.config.cells import TRAINING_DEFAULTS, ConfigError
@@ -59,6 +60,7 @@ def check_entries(config: dict) -> None:
     except PluginError as error:
         raise ConfigError(f"plugins: {error}") from None
     _check_encoder_datasets(config)
+    _check_tracking(config)
     for section, (key, registry, extra) in SECTIONS.items():
         for name, entry in config.get(section, {}).items():
             where = f"{section}.{name}"
@@ -254,13 +256,37 @@ def _check_partition_specs(config: dict) -> dict[str, int]:
 
 def _check_plans(config: dict, experiment: str, spec: dict, algorithms: dict, client_counts: dict[str, int]) -> None:
     """Every algorithm of every grid block accepts its place in the plan (its ``check_plan`` hook:
-    the experiment's training, the client count of each of the block's partitions where known)."""
+    the experiment's training, the client count of each of the block's partitions where known), and
+    asks for no more clusters than a partition has clients (:func:`cluster_problem`)."""
     for i, block in enumerate(spec.get("grid", [])):
         clients = {p: client_counts[p] for p in block["partitions"] if p in client_counts}
         for name in block["algorithms"]:
             problem = algorithms[name].check_plan(_plan(config, spec, name, clients))
             if problem:
                 raise ConfigError(f"experiments.{experiment}.grid[{i}]: {problem}")
+            problem = cluster_problem(config["algorithms"][name].get(CLUSTER_COUNT), clients)
+            if problem:
+                raise ConfigError(f"algorithms.{name}.{CLUSTER_COUNT}: {problem} (experiments.{experiment}.grid[{i}])")
+
+
+CLUSTER_COUNT = "num_clusters"  # a builder parameter of this name is a number of client clusters
+
+
+def cluster_problem(count, clients: dict[str, int]) -> str | None:
+    """Why ``count`` clusters cannot be formed of the partitions' clients (partition -> client count), or ``None``."""
+    if not isinstance(count, int) or not clients:
+        return None
+    partition, fewest = min(clients.items(), key=lambda item: item[1])
+    if count > fewest:
+        return f"{count} clusters exceed the {fewest} clients of partitions.{partition}; at most {fewest}"
+    return None
+
+
+def grid_client_counts(config: dict, experiment: str) -> dict[str, int]:
+    """partition -> known client count of every partition the experiment's grid uses."""
+    counts = _check_partition_specs(config)
+    used = {p for block in config["experiments"][experiment].get("grid", []) for p in block["partitions"]}
+    return {p: n for p, n in counts.items() if p in used}
 
 
 def _check_model_inputs(config: dict, experiment: str, spec: dict) -> None:
@@ -317,6 +343,17 @@ def _check_memory_budgets(config: dict) -> None:
                     check_one_client_fits(config["models"][model], shape, training, "cpu")
                 except MemoryBudgetError as error:
                     raise ConfigError(f"experiments.{experiment}.grid[{i}] ({dataset}/{partition}/{model}): {error}") from None
+
+
+def _check_tracking(config: dict) -> None:
+    """``tensorboard: true`` needs torch's TensorBoard writer, which needs the optional tensorboard package."""
+    if config.get("tensorboard") is not True:
+        return
+    try:
+        importlib.import_module("torch.utils.tensorboard")
+    except ImportError as error:
+        raise ConfigError(f"tensorboard: true needs the tensorboard package, which is not installed here ({error}); "
+                          "install the optional extra, pip install -e '.[tensorboard]', or set tensorboard: false") from None
 
 
 def _check_encoder_datasets(config: dict) -> None:

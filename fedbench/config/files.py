@@ -6,7 +6,16 @@ the first problem with one line that names the entry, the problem and the valid 
 * :func:`check_schema`: structure and types against ``workflow/schemas/config.schema.yaml``,
   reduced to one line (an unknown key gets a did-you-mean suggestion); the schema's full
   report is kept for the log;
-* :func:`check_finite`: no NaN or infinite number anywhere (YAML's ``.nan``, ``.inf``).
+* :func:`check_finite`: no NaN or infinite number anywhere (YAML's ``.nan``, ``.inf``), and no value
+  that contains itself (a recursive YAML anchor, ``loop: &loop [0, *loop]``);
+* :func:`normalise_config`: what a command line or a shell would have meant, made explicit before
+  the checks: ``--config check_data=false`` (Snakemake passes the string ``'false'``) read as the
+  boolean, ``~`` and ``$VARS`` in ``results`` and ``data_root`` expanded.
+
+A YAML file fedbench reads itself (:func:`load_yaml_strict`: ``make cost``, the claims report, the
+check of every ``--configfile``) that cannot be parsed (a tab in the indentation) is one line with
+its line number; a ``--configfile`` Snakemake cannot parse stops in Snakemake itself, before any of
+fedbench's code runs, with Snakemake's own message (``Config file is not valid JSON or YAML``).
 
 The semantic checks (names, parameter values, grids, published links) are
 :func:`fedbench.planning.validate.check_config`.
@@ -15,7 +24,9 @@ The semantic checks (names, parameter values, grids, published links) are
 from __future__ import annotations
 
 import difflib
+import functools
 import math
+import os
 from pathlib import Path
 
 import yaml
@@ -69,9 +80,16 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _s
 
 
 def load_yaml_strict(path: str | Path) -> dict:
-    """The YAML file at ``path``; :class:`ConfigFileError` if a mapping repeats a key."""
+    """The YAML file at ``path``; :class:`ConfigFileError` (one line) if a mapping repeats a key or
+    the file is not YAML (e.g. a tab in the indentation), naming the line."""
     with open(path) as f:
-        return yaml.load(f, Loader=_StrictLoader)
+        try:
+            return yaml.load(f, Loader=_StrictLoader)
+        except yaml.MarkedYAMLError as error:
+            mark = error.problem_mark or error.context_mark
+            line = f" line {mark.line + 1}" if mark is not None else ""
+            tab = "; YAML indents with spaces, never tabs" if "\t" in (error.problem or "") or "tab" in str(error) else ""
+            raise ConfigFileError(f"{path}:{line}: not valid YAML ({error.problem or error.context}){tab}") from None
 
 
 # ---- schema, one line ---------------------------------------------------------------------
@@ -115,16 +133,62 @@ def check_schema(config: dict, schema_path: str | Path = SCHEMA) -> None:
     raise ConfigFileError(message, detail="\n\n".join(str(e) for e in errors))
 
 
+@functools.lru_cache(maxsize=4)
+def _schema(path: str) -> dict:
+    """The schema file at ``path``, read once per process (callers do not change it)."""
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def training_problem(key: str, value, schema_path: str | Path = SCHEMA) -> str | None:
+    """Why ``value`` is not a valid ``training.<key>`` by the schema (``0 is less than the minimum of 1``), or ``None``."""
+    import jsonschema
+
+    training = _schema(str(schema_path))["properties"]["experiments"]["additionalProperties"]["properties"]["training"]["properties"]
+    if key not in training:
+        return None
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(training[key]).iter_errors(value))
+    return None if error is None else error.message
+
+
 # ---- numbers -------------------------------------------------------------------------------
 
 
-def check_finite(node, where: str = "") -> None:
-    """Raise :class:`ConfigFileError` naming the first NaN or infinite number in the config."""
+def check_finite(node, where: str = "", _inside: tuple = ()) -> None:
+    """Raise :class:`ConfigFileError` naming the first NaN or infinite number in the config, or the
+    first value that contains itself (a recursive YAML anchor)."""
     if isinstance(node, float) and not math.isfinite(node):
         raise ConfigFileError(f"{where or 'top level'}: {node} is not a finite number")
-    if isinstance(node, dict):
-        for key, value in node.items():
-            check_finite(value, f"{where}.{key}" if where else str(key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            check_finite(value, f"{where}[{i}]")
+    if not isinstance(node, (dict, list)):
+        return
+    if any(node is outer for outer in _inside):
+        raise ConfigFileError(f"{where}: a recursive YAML anchor (the value contains itself); "
+                              "give a plain value or an anchor that does not refer to itself")
+    inside = (*_inside, node)
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for key, value in items:
+        check_finite(value, f"{where}[{key}]" if isinstance(node, list) else (f"{where}.{key}" if where else str(key)), inside)
+
+
+# ---- what the command line meant -----------------------------------------------------------
+
+TRUE, FALSE = ("true", "yes", "on"), ("false", "no", "off")
+EXPANDED_PATHS = ("results", "data_root")
+
+
+def normalise_config(config: dict, schema_path: str | Path = SCHEMA) -> dict:
+    """``config`` in place, and returned: a top-level boolean given as a string (``--config
+    check_data=false``: Snakemake reads only ``True``/``False`` as booleans) as the boolean, where
+    it is one of true/yes/on/false/no/off (any case), else :class:`ConfigFileError` showing the spelling;
+    ``~`` and ``$VARS`` in :data:`EXPANDED_PATHS` expanded as a shell would."""
+    properties = _schema(str(schema_path)).get("properties", {})
+    for key, value in config.items():
+        if properties.get(key, {}).get("type") == "boolean" and isinstance(value, str):
+            if value.lower() not in TRUE + FALSE:
+                raise ConfigFileError(f"{key}: {value!r} is not a boolean; write true or false (also yes/no, on/off: "
+                                      f"--config {key}=false)")
+            config[key] = value.lower() in TRUE
+    for key in EXPANDED_PATHS:
+        if isinstance(config.get(key), str):
+            config[key] = os.path.expanduser(os.path.expandvars(config[key]))
+    return config

@@ -1,7 +1,8 @@
 """Generic partitioners: IID, Dirichlet label skew, natural users.
 
 Each is a pure function of (dataset, pool of sample indices, seeded generator,
-parameters); see :mod:`fedbench.data.partition` for the contract.
+parameters); see :mod:`fedbench.data.partition` for the contract.  None of them plants client
+clusters (registered ``planted=False``: a claim on ARI or NMI over them is refused when planned).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from fedbench.data.partition import PARTITIONERS, ClientSamples, Partition, clas
 from fedbench.data.sources import ArrayDataset
 
 
-@PARTITIONERS.register("iid", bounds={"num_clients": ">= 1", "samples_per_client": ">= 1"}, feasible=lambda p, d: None if p["samples_per_client"] is None or d.num_samples is None or p["samples_per_client"] * p["num_clients"] <= d.num_samples else f"{p['num_clients']} clients x {p['samples_per_client']} samples exceed the dataset's {d.num_samples}")
+@PARTITIONERS.register("iid", planted=False, bounds={"num_clients": ">= 1", "samples_per_client": ">= 1"}, feasible=lambda p, d: None if p["samples_per_client"] is None or d.num_samples is None or p["samples_per_client"] * p["num_clients"] <= d.num_samples else f"{p['num_clients']} clients x {p['samples_per_client']} samples exceed the dataset's {d.num_samples}")
 def partition_iid(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, num_clients: int,
                   samples_per_client: int | None = None) -> ClientSamples:
     """Shuffle the pool and deal it into ``num_clients`` near-equal shards (or shards of exactly
@@ -60,7 +61,7 @@ def _class_counts(p: np.ndarray, n: int, remainder: str) -> np.ndarray:
     return counts
 
 
-@PARTITIONERS.register("dirichlet", bounds={"num_clients": ">= 1", "alpha": "> 0", "min_size": ">= 0", "max_tries": ">= 1",
+@PARTITIONERS.register("dirichlet", planted=False, bounds={"num_clients": ">= 1", "alpha": "> 0", "min_size": ">= 0", "max_tries": ">= 1",
                                             "sample_fraction": "(0, 1]"})
 def partition_dirichlet(
     dataset: ArrayDataset,
@@ -131,7 +132,7 @@ def partition_dirichlet(
     )
 
 
-@PARTITIONERS.register("natural", feasible=lambda p, d: None if d.has_users else "kind 'natural' needs a dataset whose samples have users (synthetic, femnist)")
+@PARTITIONERS.register("natural", planted=False, feasible=lambda p, d: None if d.has_users else "kind 'natural' needs a dataset whose samples have users (synthetic, femnist)")
 def partition_natural(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator) -> ClientSamples | Partition:
     """One client per user of the dataset (Synthetic's users, LEAF writers).  Where the dataset
     has an official per-user split (LEAF), it is kept: the user's test samples are its test set."""
@@ -145,7 +146,7 @@ def partition_natural(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Ge
     return Partition(train=train, test=test)
 
 
-@PARTITIONERS.register("shards", bounds={"num_clients": ">= 1", "shards_per_client": ">= 1"}, feasible=lambda p, d: None if d.num_samples is None or p["num_clients"] * p["shards_per_client"] <= d.num_samples else f"{p['num_clients']} x {p['shards_per_client']} shards exceed the dataset's {d.num_samples} samples")
+@PARTITIONERS.register("shards", planted=False, bounds={"num_clients": ">= 1", "shards_per_client": ">= 1"}, feasible=lambda p, d: None if d.num_samples is None or p["num_clients"] * p["shards_per_client"] <= d.num_samples else f"{p['num_clients']} x {p['shards_per_client']} shards exceed the dataset's {d.num_samples} samples")
 def partition_shards(dataset: ArrayDataset, pool: np.ndarray, rng: np.random.Generator, *, num_clients: int,
                      shards_per_client: int = 2) -> ClientSamples:
     """Pathological label shards (McMahan et al. 2017, §3: sort the data by label, cut it into

@@ -90,12 +90,13 @@ def cell_shape(config: dict, cell, spec: dict):
 ROW_NAMES = {"train": "{}", "trial": "{} (tuning)", "tuned": "{} (tuned)"}
 
 
-def planned_jobs(config: dict, claims_only: bool = False):
+def planned_jobs(config: dict, claims_only: bool = False, added: bool = True):
     """(row, cell, the config it runs under) of every training job the workflow may run
     (:func:`fedbench.planning.jobs.planned_runs`): the cells (a row per experiment), a tuned experiment's trials
     (``<experiment> (tuning)``) and tuned runs (``<experiment> (tuned)``), and the seeds the claims' looks may add,
-    at most (``claims: added seeds, at most``).  ``claims_only``: those of the ``claims`` target alone."""
-    for run in planned_runs(config, claims_only):
+    at most (``claims: added seeds, at most``; ``added=False``: not those).  ``claims_only``: those of the
+    ``claims`` target alone."""
+    for run in planned_runs(config, claims_only, added):
         row = ADDED_SEEDS if run.added else ROW_NAMES[run.kind].format(run.cell.experiment)
         yield row, run.cell, run.config(config)
 
@@ -405,7 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             parser.error(f"--numerics: {error}")
     for path in args.configfiles:
-        print(report(path, args.claims, args.numerics))
+        try:
+            print(report(path, args.claims, args.numerics))
+        except ValueError as error:  # a file that is not YAML (a tab), a repeated key: one line
+            print(f"fedbench cost: {error}", file=sys.stderr)
+            return 2
     every = []
     for root in args.check:
         rows, skipped = check_runs(root)

@@ -80,11 +80,12 @@ def claimed_blocks(config: dict, setting: str | None = None) -> set[Block]:
             for d, p, m in claim_cells(config, n) for a in claim_algorithms(config["claims"][n])}
 
 
-def planned_runs(config: dict, claims_only: bool = False) -> list[Run]:
+def planned_runs(config: dict, claims_only: bool = False, added: bool = True) -> list[Run]:
     """Every training job the workflow may run: each cell at the config's seeds; for each tuned experiment its
     trials and its tuned runs at the config's seeds; and the seeds the claims' looks may add, at most (``added``:
     at the paper's setting and, where the claim's experiment is tuned, tuned).  ``claims_only``: those of the
-    ``claims`` target alone, the algorithm entries a claim reads."""
+    ``claims`` target alone, the algorithm entries a claim reads; ``added=False``: without the added seeds (the
+    planning estimate, which does not count them: its work does not grow with the design's seed cap)."""
     keep = claimed_blocks(config) if claims_only else None
     cells = [c for c in expand_cells(config)
              if keep is None or (c.experiment, c.dataset, c.partition, c.model, c.algorithm) in keep]
@@ -93,6 +94,8 @@ def planned_runs(config: dict, claims_only: bool = False) -> list[Run]:
         for block in (b for b in _blocks(cells) if b[0] == experiment):
             runs += block_trials(config, block)
             runs += [Run("tuned", Cell(*block, int(seed))) for seed in config["seeds"]]
+    if not added:
+        return runs
     extra = design_seeds(config)[len(config["seeds"]):]
     added = {Run(kind, Cell(*block, seed), added=True)
              for kind, blocks in (("train", claimed_blocks(config, "paper")), ("tuned", claimed_blocks(config, "tuned")))

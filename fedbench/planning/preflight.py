@@ -15,15 +15,18 @@ and what to do, raised before anything is written.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbench.config.cells import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, resolve_cell
+from fedbench.config.cells import TRAINING_DEFAULTS, Cell, ConfigError, expand_partitions, planned_encoders, resolve_cell
 from fedbench.cost import cell_cost, device_kind
-from fedbench.planning.cost_report import ADDED_SEEDS, cell_shape, planned_jobs
+from fedbench.planning.cost_report import cell_shape, planned_jobs
 from fedbench.data.sources import missing_files
+from fedbench.planning.missing_data import skips_missing, without_missing
+from fedbench.results.claims.spec import evaluated_claims
 
 LONG_CELL_DAYS = 7  # a cell estimated longer than this on its device is refused unless allow_long: true
 # training settings that scale a cell's time, tried at their defaults to name the one that drives it
@@ -46,12 +49,16 @@ class Workplace:
 def check_workplace(config: dict, place: Workplace) -> PlanEstimate:
     """Refuse (:class:`ConfigError`, one line) what the jobs would hit; return the plan's estimate."""
     check_results(config.get("results", "results"), place)
-    if config.get("check_data", True):
+    if place.claims_only:
+        check_claims_target(config)
+    if skips_missing(config):
+        config = without_missing(config, place.workdir)[0]  # the cells whose data is there
+    elif config.get("check_data", True):
         check_data(config, place)
     estimate = plan_estimate(config, plan_device(config.get("device", "auto"), place.train_gpus), place)
     if not config.get("allow_long", False):
         check_run_length(config, estimate, place)
-    return estimate
+    return dataclasses.replace(estimate, notes=tuple(plan_notes(config, place)))
 
 
 def plan_device(device: str, train_gpus: int = 0) -> str:
@@ -127,18 +134,52 @@ def _tracked_file(repo: Path, path: Path) -> str | None:
     return next(iter(listed.splitlines()), None)
 
 
+# ---- what the claims target evaluates ------------------------------------------------------
+
+
+def check_claims_target(config: dict) -> None:
+    """Refuse the ``claims`` target where ``only_experiments`` leaves out every claim's experiment (it would
+    evaluate nothing); a claim left out beside others that run is named in the plan's notes (:func:`plan_notes`)."""
+    claims = config.get("claims") or {}
+    if not claims:
+        raise ConfigError("claims: the config has no claims; the claims target evaluates the config's claims "
+                          "(run the tables target, or add claims)")
+    if not evaluated_claims(config):
+        name, claim = next(iter(claims.items()))
+        raise ConfigError(f"claims.{name}.experiment: {claim['experiment']!r} is left out by only_experiments "
+                          f"{config['only_experiments']}, as every claim's experiment is: the claims target would "
+                          "evaluate nothing; add the claims' experiments to only_experiments")
+
+
+def plan_notes(config: dict, place: Workplace) -> list[str]:
+    """Lines planning prints beside its estimate: claims ``only_experiments`` leaves out, a ``results``
+    folder outside the repository."""
+    notes = []
+    left_out = sorted(set(config.get("claims") or {}) - set(evaluated_claims(config)))
+    if left_out and config.get("only_experiments") is not None:
+        notes.append(f"fedbench plan: claims {', '.join(left_out)} left out (their experiments are not in only_experiments)")
+    results = Path(os.path.realpath(Path(place.workdir, config.get("results", "results"))))
+    inside = [Path(os.path.realpath(folder)) for folder in (place.repo, place.workdir)]
+    if not any(folder in results.parents for folder in inside):
+        notes.append(f"fedbench plan: results go to {results}, outside the repository and the working directory "
+                     "(accepted: a folder of its own)")
+    return notes
+
+
 # ---- whether the data is there -------------------------------------------------------------
 
 
 def planned_datasets(config: dict) -> list[str]:
-    """The dataset entries the plan reads: those of its partitions (cells, ``partition_grid``) and encoders."""
+    """The dataset entries the planned jobs read: those of their partitions (the cells ``only_experiments``
+    keeps, ``partition_grid``) and of the encoders they pretrain (:func:`~fedbench.config.cells.planned_encoders`)."""
     names = {dataset for dataset, _, _ in expand_partitions(config)}
-    names |= {entry["dataset"] for entry in config.get("encoders", {}).values()}
+    names |= {config["encoders"][name]["dataset"] for name in planned_encoders(config)}
     return sorted(names)
 
 
 def check_data(config: dict, place: Workplace) -> None:
-    """Refuse a plan whose datasets' files are not under ``data_root``, naming every missing one."""
+    """Refuse a plan whose datasets' files are not under ``data_root``, naming every missing one (with
+    ``missing_data: skip``, only where no cell would be left, :mod:`fedbench.planning.missing_data`)."""
     root = Path(place.workdir, config.get("data_root", "data"))
     problems = []
     for name in planned_datasets(config):
@@ -147,7 +188,8 @@ def check_data(config: dict, place: Workplace) -> None:
             problems.append(f"datasets.{name}: {problem.rstrip('.')}")
     if problems:
         raise ConfigError(
-            "; ".join(problems) + "; where the compute nodes see other disks than this host, set check_data: false"
+            "; ".join(problems) + "; to run only the cells whose data is there, set missing_data: skip; to plan without "
+            "the data (or where the compute nodes see other disks than this host), set check_data: false"
         )
 
 
@@ -166,6 +208,7 @@ class PlanEstimate:
     largest_seconds: float
     calibrated: bool
     claims_only: bool = False
+    notes: tuple[str, ...] = ()  # further lines planning prints (plan_notes)
 
     def line(self) -> str:
         """The estimate in one line, as planning prints it."""
@@ -185,9 +228,7 @@ def plan_estimate(config: dict, device: str, place: Workplace) -> PlanEstimate:
     and tuned runs (:func:`fedbench.planning.cost_report.planned_jobs`; not the seeds the claims' looks may add,
     which depend on the runs; with ``place.claims_only``, those the claims read), the sum and the longest."""
     total, largest, longest, calibrated, jobs = 0.0, None, 0.0, True, 0
-    for row, cell, cfg in planned_jobs(config, claims_only=place.claims_only):
-        if row == ADDED_SEEDS:
-            continue
+    for row, cell, cfg in planned_jobs(config, claims_only=place.claims_only, added=False):
         cost = cell_cost(*_cell_inputs(cfg, cell, place), device)
         jobs += 1
         total += cost.seconds

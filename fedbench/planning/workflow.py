@@ -21,7 +21,7 @@ from typing import Callable
 from snakemake.exceptions import WorkflowError
 
 from fedbench.config import layout
-from fedbench.config.cells import Cell, expand_cells, expand_partitions, identity_training, resolve_cell
+from fedbench.config.cells import Cell, expand_cells, expand_partitions, identity_training, planned_encoders, resolve_cell
 from fedbench.cost.memory import check_one_client_fits
 from fedbench.cost import cell_cost, choose_device, estimated_shape, runtime_minutes, summary_shape
 from fedbench.engine.memory import MemoryBudgetError
@@ -63,11 +63,13 @@ STAGE_SCRIPTS = ("partition.py", "pretrain_encoder.py", "train.py")
 class WorkflowPlan:
     """The validated ``config``'s files, settings and resources, for the rule files.  ``basedir``: the
     repository (the Snakefile's folder); ``train_gpus``: the GPUs a training job requests; ``look_file``:
-    the path of the claims' look ``k`` of a paper and setting once it exists (Snakemake's checkpoint)."""
+    the path of the claims' look ``k`` of a paper and setting once it exists (Snakemake's checkpoint);
+    ``left_out``: the cells ``missing_data: skip`` left out, one row each."""
 
     def __init__(self, config: dict, basedir: str | Path, train_gpus: int = 0,
-                 look_file: Callable[[str, str, int], str] | None = None):
+                 look_file: Callable[[str, str, int], str] | None = None, left_out: list[dict] | None = None):
         self.config = config
+        self.left_out = left_out or []  # missing_data: skip's cells left out (fedbench.planning.missing_data)
         self.results = config["results"]
         self.basedir = str(basedir)
         self.train_gpus = train_gpus
@@ -86,9 +88,16 @@ class WorkflowPlan:
         """Every partition file (``npz``, ``json`` or ``png`` heatmap): those the cells need and the ``partition_grid``'s."""
         return [f"{layout.partition_stem(self.results, d, p, s)}.{ext}" for d, p, s in expand_partitions(self.config)]
 
+    def left_out_files(self) -> list[str]:
+        """``tables/left_out.csv`` and ``.md`` where the config skips missing data (``missing_data: skip``)."""
+        if self.config.get("missing_data", "refuse") != "skip":
+            return []
+        return [f"{self.results}/tables/left_out.{ext}" for ext in ("csv", "md")]
+
     def encoders(self, suffix: str) -> list[str]:
-        """Every declared encoder's file: ``suffix`` ``.pt``, ``_loss.csv`` or ``_loss.png``."""
-        return [f"{self.results}/encoders/{name}{suffix}" for name in self.config.get("encoders", {})]
+        """Every planned encoder's file (:func:`fedbench.config.cells.planned_encoders`): ``suffix`` ``.pt``,
+        ``_loss.csv`` or ``_loss.png``."""
+        return [f"{self.results}/encoders/{name}{suffix}" for name in planned_encoders(self.config)]
 
     def encoder_inputs(self, wildcards) -> list[str]:
         """The pretrained encoder a cell's algorithm reads (FLT's ``encoder`` key), else nothing."""

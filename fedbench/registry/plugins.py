@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import io
 import sys
 from typing import Iterable, Iterator
 
@@ -68,20 +69,38 @@ def load_plugin(module: str, origin: str = "named in the config's plugins") -> N
         importlib.import_module(package)
     before = {id(registry): registry.snapshot() for registry in REGISTRIES}
     imported_before = module in sys.modules
+    printed = io.StringIO()
     try:
-        importlib.import_module(module)
-    except Exception as error:  # an import error, a syntax error, a registry's check (a misspelt hook, a bad bound)
+        with contextlib.redirect_stderr(printed):  # argparse's usage line would name no plugin
+            importlib.import_module(module)
+    except (Exception, SystemExit) as error:  # an import error, a registry's check, sys.exit or argparse at import
         for registry in REGISTRIES:
             if id(registry) in before:
                 registry.restore(before[id(registry)])
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise PluginError(f"plugin {module!r} ({origin}) cannot be loaded: {type(error).__name__}: {message}") from error
+        raise PluginError(f"plugin {module!r} ({origin}) cannot be loaded: {_failure(error, printed.getvalue())}") from None
+    sys.stderr.write(printed.getvalue())
     added = [f"{registry.kind} {name!r}" for registry in REGISTRIES
              for name in set(registry.snapshot()[0]) - set(before.get(id(registry), ({},))[0])]
-    if not added and not imported_before:
+    if not added and not (imported_before and _provides(module)):
         raise PluginError(f"plugin {module!r} ({origin}) registers nothing: its import must register a builder "
                           "(@ALGORITHMS.register, @MODELS.register, @DATASETS.register or @PARTITIONERS.register)")
     LOADED[module] = origin
+
+
+def _failure(error: BaseException, printed: str) -> str:
+    """Why a plugin's import failed, in one line (an exit at import: its code and last printed line)."""
+    if isinstance(error, SystemExit):
+        said = printed.strip().splitlines()[-1] if printed.strip() else f"exit code {error.code}"
+        return (f"it exits when imported (SystemExit: {said}); a plugin module must not parse the command "
+                "line or call sys.exit at import")
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {message}"
+
+
+def _provides(module: str) -> bool:
+    """Whether a builder registered now was defined in ``module`` (or a module under it)."""
+    return any(getattr(builder, "__module__", "") in (module,) or getattr(builder, "__module__", "").startswith(module + ".")
+               for registry in REGISTRIES for builder in registry.snapshot()[0].values())
 
 
 @contextlib.contextmanager

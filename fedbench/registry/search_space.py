@@ -23,16 +23,18 @@ from scipy import stats
 
 @dataclass(frozen=True)
 class LogRange:
-    """Log-uniform between ``low`` and ``high`` (absolute values)."""
+    """Log-uniform between ``low`` and ``high`` (absolute values); an ``integer`` knob (a batch size)
+    is rounded to the nearest integer, at least 1."""
 
     low: float
     high: float
+    integer: bool = False
 
     def distribution(self, configured=None):
         return stats.loguniform(self.low, self.high)
 
     def describe(self) -> str:
-        return f"log-uniform [{self.low:g}, {self.high:g}]"
+        return f"log-uniform [{self.low:g}, {self.high:g}]{', rounded' if self.integer else ''}"
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class Relative:
 
     def distribution(self, configured):
         if not isinstance(configured, (int, float)) or isinstance(configured, bool) or configured <= 0:
-            raise ValueError(f"a relative search space needs a positive configured value, got {configured!r}")
+            raise ValueError(f"a relative range needs a positive configured value, got {configured!r}; "
+                             "give a list of values or {log: [low, high]} instead")
         return stats.loguniform(self.low * configured, self.high * configured)
 
     def describe(self) -> str:
@@ -60,15 +63,16 @@ COMMON_SEARCH: dict[str, Space] = {"lr": Relative(0.1, 10.0)}
 
 
 def check_space(name: str, space) -> None:
-    """A knob's space is a non-empty list, a :class:`LogRange` or a :class:`Relative`."""
+    """A knob's space is a non-empty list, a :class:`LogRange` or a :class:`Relative`; the ``ValueError``
+    names the problem, the caller the knob's place."""
     if isinstance(space, list):
         if not space:
-            raise ValueError(f"search space of {name!r} is an empty list")
+            raise ValueError("an empty list: give at least one value")
         return
     if not isinstance(space, (LogRange, Relative)):
-        raise ValueError(f"search space of {name!r} must be a list, LogRange or Relative, got {space!r}")
+        raise ValueError(f"{space!r} is not a search space: give a list, {{log: [low, high]}} or {{relative: [low, high]}}")
     if not 0 < space.low < space.high:
-        raise ValueError(f"search space of {name!r} needs 0 < low < high, got {space.low}, {space.high}")
+        raise ValueError(f"[{space.low:g}, {space.high:g}] is not a range: it needs 0 < low < high")
 
 
 def describe(space) -> str:

@@ -23,12 +23,17 @@ selection (:func:`select`) reads the validation columns of the trials' histories
 from __future__ import annotations
 
 import copy
+import dataclasses
+import difflib
 import math
+import typing
 
 import numpy as np
 from scipy.stats import qmc
 
 from fedbench.config.cells import TRAINING_DEFAULTS, ConfigError
+from fedbench.config.checks import cluster_problem, grid_client_counts
+from fedbench.config.files import training_problem
 from fedbench.registry.algorithms import ALGORITHMS
 from fedbench.registry.search_space import (
     COMMON_SEARCH,
@@ -42,6 +47,8 @@ SELECTION_METRICS = {"val_acc_mean": "max", "val_acc_pooled": "max", "val_f1_mea
 DEFAULTS = {"metric": "val_acc_mean", "holdout": 0.2, "knobs": {}, "exclude": {}, "sampler_seed": 0}
 TUNABLE_TRAINING = ("lr", "momentum", "weight_decay", "local_epochs", "batch_size")
 """Training settings a search space may name (a method's own knob that is not a builder parameter)."""
+INTEGER_TRAINING = ("local_epochs", "batch_size")
+"""The tunable training settings that are integers: a range over them is drawn as integers."""
 
 
 def tune_block(config: dict, experiment: str) -> dict | None:
@@ -71,7 +78,8 @@ def search_space(config: dict, experiment: str, algorithm: str) -> dict[str, tup
     """knob -> (``algorithm`` | ``training``, space) of one algorithm entry in one tuned experiment: the
     learning rate, the method's registered knobs (``None``: a common knob the method does not read), and
     the block's ``knobs`` that the method has (these over the registered ones), less the block's
-    ``exclude`` for the entry and the training settings the method never reads (``ignored_training``)."""
+    ``exclude`` for the entry and the training settings the method never reads (``ignored_training``).
+    A range over an integer knob (:func:`is_integer`) is drawn as integers."""
     block = tune_block(config, experiment)
     method = config["algorithms"][algorithm]["method"]
     extra = {k: _as_space(v) for k, v in block["knobs"].items()
@@ -83,8 +91,30 @@ def search_space(config: dict, experiment: str, algorithm: str) -> dict[str, tup
         spaces.pop(knob, None)
     spaces = {knob: space for knob, space in spaces.items() if space is not None}  # None: the method does not read it
     for knob, space in spaces.items():
-        check_space(knob, space)
+        try:
+            check_space(knob, space)
+        except ValueError as error:
+            raise ConfigError(f"{knob_place(experiment, block, method, knob)}: {error}") from None
+        if isinstance(space, (LogRange, Relative)) and is_integer(method, knob):
+            spaces[knob] = dataclasses.replace(space, integer=True)
     return {knob: (_target(method, knob), space) for knob, space in sorted(spaces.items())}
+
+
+def knob_place(experiment: str, block: dict, method: str, knob: str) -> str:
+    """Where a knob's space is written: the block's ``knobs`` or the method's registered search space."""
+    if knob in block["knobs"]:
+        return f"experiments.{experiment}.tune.knobs.{knob}"
+    return f"experiments.{experiment}.tune: {knob!r} of method {method!r}'s registered search space"
+
+
+def is_integer(method: str, knob: str) -> bool:
+    """Whether a knob takes integers: an integer training setting, or a builder parameter typed ``int``."""
+    if knob in TUNABLE_TRAINING:
+        return knob in INTEGER_TRAINING
+    hint = ALGORITHMS.hints(method).get(knob)
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint is int
 
 
 def _as_space(value):
@@ -109,7 +139,7 @@ def configured(config: dict, experiment: str, algorithm: str) -> dict[str, dict]
 
 def _rounded(value, space):
     """A drawn value as the config would write it: 3 significant digits; an integer knob rounded (>= 1)."""
-    if isinstance(space, Relative) and space.integer:
+    if isinstance(space, (LogRange, Relative)) and space.integer:
         return max(1, int(round(value)))
     if isinstance(value, (float, np.floating)):
         return float(f"{float(value):.3g}")
@@ -135,10 +165,28 @@ def trial_settings(config: dict, experiment: str, algorithm: str) -> list[dict[s
         for row in cube:
             setting = {"algorithm": {}, "training": {}}
             for u, (knob, (target, s)) in zip(row, space.items()):
-                value = s[min(int(u * len(s)), len(s) - 1)] if isinstance(s, list) else s.distribution(base[target][knob]).ppf(u)
+                value = s[min(int(u * len(s)), len(s) - 1)] if isinstance(s, list) else _distribution(
+                    s, base[target][knob], experiment, block, config["algorithms"][algorithm]["method"], knob).ppf(u)
                 setting[target][knob] = _rounded(value, s)
             settings.append(setting)
     return settings
+
+
+def _distribution(space, configured, experiment: str, block: dict, method: str, knob: str):
+    """The range's distribution around the ``configured`` value; a :class:`ConfigError` naming the knob's place."""
+    try:
+        return space.distribution(configured)
+    except ValueError as error:
+        raise ConfigError(f"{knob_place(experiment, block, method, knob)}: {error}") from None
+
+
+def extremes(space, configured) -> list:
+    """The values a knob's space can draw at its ends: every value of a list, a range's low and high
+    (a relative one's times ``configured``), rounded as a draw is.  A draw lies between them."""
+    if isinstance(space, list):
+        return list(space)
+    scale = configured if isinstance(space, Relative) else 1
+    return [_rounded(space.low * scale, space), _rounded(space.high * scale, space)]
 
 
 def setting_label(setting: dict[str, dict]) -> str:
@@ -205,6 +253,7 @@ def check_tuning(config: dict, final_seeds: list[int]) -> None:
             raise ConfigError(f"{where}.seeds: {shared} are also seeds of the final runs; tuning seeds must be seeds the "
                               f"final runs never use")
         entries = {a for b in config["experiments"][experiment]["grid"] for a in b["algorithms"]}
+        _check_knob_names(config, experiment, block, entries)
         for name, knobs in block["exclude"].items():
             if name not in entries:
                 raise ConfigError(f"{where}.exclude: {name!r} is not an algorithm of the experiment's grid")
@@ -214,6 +263,7 @@ def check_tuning(config: dict, final_seeds: list[int]) -> None:
             if unknown:
                 raise ConfigError(f"{where}.exclude.{algorithm}: {sorted(unknown)} are not knobs of its search space")
             method = config["algorithms"][algorithm]["method"]
+            _check_knob_bounds(config, experiment, block, algorithm)
             for trial, setting in enumerate(trial_settings(config, experiment, algorithm)):
                 entry = {k: v for k, v in config["algorithms"][algorithm].items() if k != "method"}
                 try:
@@ -222,3 +272,50 @@ def check_tuning(config: dict, final_seeds: list[int]) -> None:
                     raise ConfigError(str(error)) from None
 
 
+
+
+def _check_knob_names(config: dict, experiment: str, block: dict, entries: set[str]) -> None:
+    """Every knob of the block's ``knobs`` is a tunable training setting or a parameter of one of the
+    experiment's methods (a misspelt knob would otherwise be tuned by no method)."""
+    methods = sorted({config["algorithms"][name]["method"] for name in entries})
+    valid = sorted({*TUNABLE_TRAINING, *(k for m in methods for k in ALGORITHMS.parameters(m))})
+    for knob in block["knobs"]:
+        if knob not in valid:
+            close = difflib.get_close_matches(knob, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"experiments.{experiment}.tune.knobs.{knob}: no method of the experiment "
+                              f"({', '.join(methods)}) has this knob{hint} (valid knobs: {', '.join(valid)})")
+
+
+def _check_knob_bounds(config: dict, experiment: str, block: dict, algorithm: str) -> None:
+    """Every value a knob's space can draw for ``algorithm`` (its :func:`extremes`) lies inside the
+    knob's bounds: the builder's for a parameter, the schema's for a training setting; a cluster count the
+    block's ``knobs`` give, at most a partition's clients."""
+    method = config["algorithms"][algorithm]["method"]
+    entry = {k: v for k, v in config["algorithms"][algorithm].items() if k != "method"}
+    base = configured(config, experiment, algorithm)
+    clients = grid_client_counts(config, experiment)
+    for knob, (target, space) in search_space(config, experiment, algorithm).items():
+        place = knob_place(experiment, block, method, knob)
+        values = extremes(space, _positive(base[target][knob], space, place))
+        for value in values:
+            if target == "training":
+                problem = training_problem(knob, value)
+            else:
+                try:
+                    ALGORITHMS.check_params(method, {**entry, knob: value}, f"algorithms.{algorithm}")
+                    written = knob in block["knobs"]  # a registered list is the method's, not the config's
+                    problem = cluster_problem(value, clients) if knob == "num_clusters" and written else None
+                except ValueError as error:
+                    problem = str(error)
+            if problem:
+                kind = "" if isinstance(space, list) else f" (the range's {'low' if value == values[0] else 'high'} end for {algorithm!r})"
+                raise ConfigError(f"{place}: {value!r}{kind} is out of bounds: {problem}")
+
+
+def _positive(value, space, place: str):
+    """The configured value a relative range multiplies: positive, else a :class:`ConfigError` naming the place."""
+    if isinstance(space, Relative) and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ConfigError(f"{place}: a relative range needs a positive configured value, got {value!r}; "
+                          "give a list of values or {log: [low, high]} instead")
+    return value

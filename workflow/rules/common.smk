@@ -8,7 +8,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from fedbench.config.files import ConfigFileError
+from fedbench.config.files import ConfigFileError, normalise_config
+from fedbench.planning.missing_data import leave_out_missing
 from fedbench.planning.preflight import Workplace
 from fedbench.planning.validate import validate_config
 from fedbench.planning.workflow import WorkflowPlan
@@ -49,11 +50,13 @@ def workplace():
 # there, whether the run can end).  A schema violation's full report goes to CONFIG_ERROR_LOG.
 # The plan's estimate goes to stderr, one line.
 CONFIG_ERROR_LOG = Path(".snakemake/log/fedbench_config_error.log")
+SCHEMA = Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"
 try:
+    normalise_config(config, SCHEMA)  # --config check_data=false as the boolean, ~ and $HOME in results expanded
     PLAN_ESTIMATE = validate_config(
         config,
         workflow.configfiles,
-        schema=Path(workflow.basedir) / "workflow/schemas/config.schema.yaml",
+        schema=SCHEMA,
         published_csv=Path(workflow.basedir) / "config/published_results.csv",
         workplace=workplace(),
     )
@@ -65,7 +68,7 @@ except ValueError as error:
     raise WorkflowError(f"Invalid fedbench config: {error}")
 validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defaults (path: relative to this file)
 if PLAN_ESTIMATE is not None:
-    print(PLAN_ESTIMATE.line(), file=sys.stderr)
+    print("\n".join([PLAN_ESTIMATE.line(), *PLAN_ESTIMATE.notes]), file=sys.stderr)
 
 
 def look_file(paper, setting, look):
@@ -73,6 +76,7 @@ def look_file(paper, setting, look):
     return checkpoints.claims_look.get(paper=paper, setting=setting, look=str(look)).output[0]
 
 
-PLAN = WorkflowPlan(config, workflow.basedir, train_gpus(), look_file)
+LEFT_OUT = leave_out_missing(config, Path.cwd())  # missing_data: skip: the cells whose data is not on disk
+PLAN = WorkflowPlan(config, workflow.basedir, train_gpus(), look_file, LEFT_OUT)
 RESULTS = PLAN.results
 PUBLISHED_CSV = str(Path(workflow.basedir, "config", "published_results.csv"))  # the papers' numbers

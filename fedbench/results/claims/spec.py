@@ -6,8 +6,13 @@ Layer 6 (results), as the rest of :mod:`fedbench.results.claims`; reads configs,
 
 from __future__ import annotations
 
+import typing
+
 import pandas as pd
 
+from fedbench.algorithms.base import Algorithm
+from fedbench.data import PARTITIONERS
+from fedbench.registry.algorithms import algorithm_class
 from fedbench.results.convergence import TARGET_METRICS, target_label
 from fedbench.results.papers import experiment_paper
 from fedbench.results.sequential import DEFAULT_SPENDING, Design, spending_function
@@ -35,6 +40,13 @@ accuracy (or macro-F1) point, 0.05 of ARI or NMI, 5 rounds, 10 MB in all, 1 MB p
 time-to-target metrics take the claim's own ``delta`` or this, never ``claims_design.delta``, which is
 in accuracy points)."""
 SETTINGS = ("paper", "tuned")
+MAX_SEEDS = 1000
+"""The most seeds a claims design may ask for (``claims_design.looks``' last look; the schema's bound too)."""
+SCALES = {"accuracy": (0, 100), "global_accuracy": (0, 100), "macro_f1": (0, 100), "ari": (-1, 1), "nmi": (0, 1),
+          "ari_planted": (-1, 1)}
+"""The values a threshold claim's metric can take (percent; ARI -1..1, NMI 0..1): an ``at_least`` outside can never be met."""
+CLUSTER_METRICS = {"ari": "clusters", "nmi": "clusters", "ari_planted": "planted_clusters"}
+"""Metrics scored from a method's recovered clusters -> the algorithm hook that reports them."""
 
 
 class ClaimError(ValueError):
@@ -132,7 +144,9 @@ def check_claims(config: dict, published: pd.DataFrame | None = None) -> None:
         if claim.get("metric", "accuracy") not in METRICS:
             raise ClaimError(f"claims.{name}.metric: {claim['metric']!r} unknown; valid choices: {', '.join(METRICS)}")
         _check_target(claim, f"claims.{name}")
-        claim_cells(config, name)
+        _check_sides(claim, f"claims.{name}")
+        cells = claim_cells(config, name)
+        _check_produced(config, claim, cells, f"claims.{name}")
         if published is not None and "better" in claim:
             published_margins(claim, published, f"claims.{name}")
 
@@ -152,6 +166,50 @@ def _check_target(claim: dict, where: str) -> None:
     if "better" not in claim:
         raise ClaimError(f"{where}: metric {claim['metric']} is compared between two methods (better, than), "
                          "not against a threshold")
+
+
+def _check_sides(claim: dict, where: str) -> None:
+    """A comparison names two different algorithm entries; a threshold one its metric can reach."""
+    if "better" in claim and claim["better"] == claim["than"]:
+        raise ClaimError(f"{where}.than: {claim['than']!r} is also the claim's better; a comparison needs two "
+                         "different algorithm entries")
+    metric = claim.get("metric", "accuracy")
+    if "at_least" in claim and metric in SCALES:
+        low, high = SCALES[metric]
+        if not low <= claim["at_least"] <= high:
+            raise ClaimError(f"{where}.at_least: {claim['at_least']!r} can never be reached by {metric}, which lies "
+                             f"in [{low}, {high}]" + (" (percent)" if high == 100 else ""))
+
+
+def _check_produced(config: dict, claim: dict, cells: list, where: str) -> None:
+    """Every algorithm a claim reads produces its metric: clusters for ARI and NMI (and the partitions
+    of its cells planted ones), a global model for ``global_accuracy``."""
+    metric = claim.get("metric", "accuracy")
+    for name in claim_algorithms(claim):
+        method = config["algorithms"][name]["method"]
+        cls = algorithm_class(method)
+        if metric in CLUSTER_METRICS and getattr(cls, CLUSTER_METRICS[metric]) is getattr(Algorithm, CLUSTER_METRICS[metric]):
+            reading = "recovers no client clusters" if metric != "ari_planted" else "has no reading at the planted number of clusters"
+            raise ClaimError(f"{where}.metric: {metric!r} is not produced by algorithms.{name} (method {method!r}), which "
+                             f"{reading}; claim accuracy, global_accuracy or macro_f1 for it")
+        if metric == "global_accuracy" and _returns_none(cls.global_model):
+            raise ClaimError(f"{where}.metric: 'global_accuracy' is not produced by algorithms.{name} (method {method!r}), "
+                             "which keeps no global model; claim accuracy or macro_f1 for it")
+    if metric in CLUSTER_METRICS:
+        for partition in sorted({p for _, p, _ in cells}):
+            kind = config["partitions"][partition]["kind"]
+            if PARTITIONERS.extra(kind, "planted", True) is False:
+                raise ClaimError(f"{where}.metric: {metric!r} needs planted client clusters, but partitions.{partition} "
+                                 f"(kind {kind!r}) plants none; restrict the claim with cells.partitions to partitions "
+                                 "that plant clusters")
+
+
+def _returns_none(hook) -> bool:
+    """Whether an algorithm hook is annotated to return ``None`` only (no global model, ever)."""
+    try:
+        return typing.get_type_hints(hook).get("return", object) is type(None)
+    except Exception:  # an annotation that cannot be resolved: assume it may return something
+        return False
 
 
 def metric_column(claim: dict) -> str:

@@ -90,9 +90,9 @@ rule left_out:
         ),
     params:
         rows=PLAN.left_out,
-    run:
-        import pandas as pd
-        from fedbench.planning.missing_data import LEFT_OUT_COLUMNS, left_out_table
-
-        pd.DataFrame(params.rows, columns=list(LEFT_OUT_COLUMNS)).to_csv(output.csv, index=False)
-        Path(output.md).write_text(left_out_table(params.rows))
+    log:
+        f"{RESULTS}/logs/tables/left_out.log",
+    conda:
+        "../../envs/fedbench.yaml"
+    script:
+        "../scripts/left_out.py"

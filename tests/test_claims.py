@@ -228,6 +228,26 @@ def test_update_rewrites_only_the_sections_of_the_configs_given(tmp_path):
     assert "Bonferroni over the looks:" not in out.read_text()
 
 
+def test_a_named_section_sits_beside_the_papers_own_and_is_rewritten_alone(tmp_path):
+    """``claims_section``: a second config of one paper (its own data beside an earlier analogue) writes its
+    own section, after the paper's, and ``--update`` with it leaves the paper's section as it was."""
+    from fedbench.results.claims import report_sections, write_report
+
+    config = claims_config({"better": "a", "than": "b"})
+    config.update(results=str(tmp_path / "results"), claims_section="Default suite on its own data")
+    validate_config({**with_claim({"better": "ifca", "than": "fedavg"}), "claims_section": "x"})  # a known key
+    config_path = tmp_path / "own.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "claims.md"
+    kept = "## Default suite\n\nthe earlier analogue\n\n"
+    out.write_text("# title\n\n## FLT\n\nflt\n\n" + kept)
+    write_report([config_path], out, load_published(), update=True)
+    sections = report_sections(out.read_text())
+    assert list(sections) == ["FLT", "Default suite", "Default suite on its own data"]
+    assert sections["Default suite"] == kept
+    assert f"--update {config_path}`" in sections["Default suite on its own data"]
+
+
 # ---- config checks ---------------------------------------------------------------------------
 
 

@@ -534,7 +534,7 @@ def test_flt_code_reading_options_validated_and_the_papers_defaults_unchanged():
             ALGORITHMS.check_params("flt", {"encoder": "e", key: value}, "algorithms.x")
 
 
-@pytest.mark.parametrize("config", ["flt_claims.yaml", "flt.yaml", "flt_offline.yaml"])
+@pytest.mark.parametrize("config", ["flt_claims.yaml", "flt_claims_mnist.yaml", "flt.yaml", "flt_offline.yaml"])
 def test_every_code_reading_entry_runs_the_released_codes_relatedness(config):
     """Every FLT entry named ``*_code`` in the FLT grids is the authors' code's reading throughout:
     matching distance, in-place aggregation, k from the planted clusters, the code's random states,

@@ -20,7 +20,7 @@ def test_the_grids_checked_are_the_ones_the_readme_ships():
     """GRIDS (and test_papers.SHIPPED) come from a glob: were config/experiments/ moved or emptied, the
     parametrised checks would collect nothing and pass.  docs/paper-experiments.md names every shipped grid."""
     listed = set(re.findall(r"config/experiments/(\w+\.yaml)", (REPO / "docs" / "paper-experiments.md").read_text()))
-    assert listed == {f"{paper}{suffix}.yaml" for paper in ("flt", "femam", "fedmr") for suffix in ("", "_offline")} | {"pfedmt.yaml", "fedmr_claims.yaml", "flt_claims.yaml"}
+    assert listed == {f"{paper}{suffix}.yaml" for paper in ("flt", "femam", "fedmr") for suffix in ("", "_offline")} | {"pfedmt.yaml", "fedmr_claims.yaml", "flt_claims.yaml", "flt_claims_mnist.yaml"}
     assert {p.name for p in GRIDS} == listed
 
 

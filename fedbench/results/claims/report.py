@@ -119,12 +119,12 @@ def section_design(text: str) -> Design | None:
     return None
 
 
-def _section(paper: str, rows: pd.DataFrame, config_paths: list[str], note: str, design: Design) -> str:
-    """One paper's section: its marks (looks and tuning; the boundary), the command that wrote it,
-    ``note``, the claims table (both settings side by side)."""
+def _section(heading: str, rows: pd.DataFrame, config_paths: list[str], note: str, design: Design) -> str:
+    """One section: its marks (looks and tuning; the boundary), the command that wrote it, ``note``, the
+    claims table (both settings side by side)."""
     rows = rows.reindex(columns=rows.columns.union(["per_seed"], sort=False)).astype({"per_seed": object})
     written = f"Written by `python -m fedbench.results.claims --update {' '.join(config_paths)}` from the runs on disk."
-    return "\n".join([f"## {PAPER_NAMES[paper]}", LOOKS_MARK, f"{BOUNDARY_MARK}{boundary_spec(design)} -->", "",
+    return "\n".join([f"## {heading}", LOOKS_MARK, f"{BOUNDARY_MARK}{boundary_spec(design)} -->", "",
                       written, *([note] if note else []), "",
                       _shown(rows, reading_column=True).to_markdown(index=False), "", ""])
 
@@ -170,18 +170,29 @@ def write_report(config_paths: Iterable[str | Path], out: str | Path, published:
     config_paths = [str(path) for path in config_paths]
     tables = [report_rows(path, published) for path in config_paths]
     table = pd.concat(tables, ignore_index=True)
-    designs = {paper: claim_design(load_yaml_strict(path), {}) for path, rows in zip(config_paths, tables)
-               for paper in rows.get("paper", pd.Series(dtype=object)).unique()}
+    written: dict[str, tuple[list[pd.DataFrame], list[str], Design]] = {}  # heading -> rows, configs, design
+    for path, rows in zip(config_paths, tables):
+        config = load_yaml_strict(path)
+        for paper in rows.get("paper", pd.Series(dtype=object)).unique():
+            heading = config.get("claims_section", PAPER_NAMES[paper])
+            parts, paths, _ = written.setdefault(heading, ([], [], claim_design(config, {})))
+            parts.append(rows[rows["paper"] == paper])
+            paths.append(path)
     sections = report_sections(Path(out).read_text(encoding="utf-8")) if update and Path(out).exists() else {}
-    for paper in table["paper"].unique():
-        sections[PAPER_NAMES[paper]] = _section(paper, table[table["paper"] == paper], config_paths, note, designs[paper])
-    order = [PAPER_NAMES[paper] for paper in ("femam", "fedmr", "flt", "pfedmt", "default")]
+    for heading, (parts, paths, design) in written.items():
+        sections[heading] = _section(heading, pd.concat(parts, ignore_index=True), paths, note, design)
+    papers = [PAPER_NAMES[paper] for paper in ("femam", "fedmr", "flt", "pfedmt", "default")]
+
+    def order(heading: str) -> tuple[int, str]:
+        """The papers' order; a named section (``claims_section``) after its paper's own."""
+        first = next((i for i, name in enumerate(papers) if heading == name or heading.startswith(f"{name} ")), len(papers))
+        return first, "" if heading in papers else heading
     header = [REPORT_TITLE, "",
               "Each paper's section is written by `python -m fedbench.results.claims --update CONFIG...` from the "
               "runs on disk under the config's `results:` directory (none typed in) and names its command; "
               "`--update` rewrites only the sections of the configs given.  *seeds*: the seeds whose runs all exist "
               "(of the design's cap).  A claim with no runs yet says so, with the command that measures it.",
               "", VERDICT_LEGEND, "", *section_status(sections), ""]
-    body = [sections[name] for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order))]
+    body = [sections[name] for name in sorted(sections, key=order)]
     atomic_write(out, lambda p: Path(p).write_text("\n".join(header) + "".join(body).rstrip("\n") + "\n", encoding="utf-8"))
     return table

@@ -484,3 +484,45 @@ def test_a_bonferroni_verdict_is_reread_at_the_spending_boundary_from_its_interv
     left_out = reread.cell_reading("+2.30 [-0.50, +5.10]", "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (10 of 10); look 4 of 4",
                                    "inconclusive", "the seeds cannot tell; left out: b diverged (seed 3, 7)", design.looks)
     assert left_out["n"] == 8
+
+
+# ---- sigma_d read back from a report's intervals (benchmarks/claims_spread.py) ----
+
+
+def test_claims_spread_reads_sigma_d_back_from_an_interval_at_either_boundary():
+    """Per-seed differences 1, 3, 2, 4, 5 (n = 5, sigma_d = sqrt(2.5) = 1.5811) read at the second look of
+    3/5/7/10: the interval is 3 +- c se with se = sigma_d / sqrt(5) and c the look's critical t -- the
+    spending boundary's c_2 in a section with its mark, Bonferroni's t(1 - 0.05/4, 4) = 3.4954 in one
+    decided before it.  Both sections give sigma_d back (to the report's 2 decimals), a threshold claim
+    (no pair) is left out, and the ratio of two equal spreads is 1."""
+    import importlib.util
+    import math
+
+    from scipy import stats
+
+    from fedbench.results.claims import BOUNDARY_MARK, LOOKS_MARK
+    from fedbench.results.sequential import Design
+
+    spec = importlib.util.spec_from_file_location("claims_spread", Path(__file__).parents[1] / "benchmarks" / "claims_spread.py")
+    spread = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(spread)
+    sd, se = math.sqrt(2.5), math.sqrt(2.5) / math.sqrt(5)
+    c_boundary = Design((3, 5, 7, 10), 0.05).critical[1]
+    c_bonferroni = stats.t.ppf(1 - 0.05 / 4, 4)
+    assert c_bonferroni == pytest.approx(3.4954, abs=1e-4)
+
+    def section(name: str, mark: str, c: float) -> str:
+        head = "| claim | source | cell | comparison | paper's margin | at the paper's setting | seeds | verdict | reading |"
+        seeds = "0, 1, 2, 3, 4, 5, 6 (7 of 10); look 2 of 4"
+        return "\n".join([f"## {name}", LOOKS_MARK, mark, "", head, "|:--|:--|:--|:--|:--|:--|:--|:--|:--|",
+                          f"| a_beats_b | s | e / d / p / m | a − b (accuracy) | | +3.00 [{3 - c * se:+.2f}, {3 + c * se:+.2f}] "
+                          f"| {seeds} | **holds** | r |",
+                          f"| a_recovers | s | e / d / p / m | a ≥ 0.9 (ari) | | +0.95 [+0.90, +1.00] | {seeds} | **holds** | r |", ""])
+
+    now = section("FeMAM", f"{BOUNDARY_MARK}looks=3,5,7,10 alpha=0.05 spending=hsd(-2) -->", c_boundary)
+    before = section("FeMAM", "", c_bonferroni)
+    after, earlier = spread.spreads(now, "FeMAM"), spread.spreads(before, "FeMAM")
+    assert list(after["claim"]) == ["a_beats_b"] and int(after["n"].iloc[0]) == 5
+    assert after["sigma_d"].iloc[0] == pytest.approx(sd, abs=0.01 * math.sqrt(5) / c_boundary)
+    assert earlier["sigma_d"].iloc[0] == pytest.approx(sd, abs=0.01 * math.sqrt(5) / c_bonferroni)
+    assert spread.compare(after, earlier)["ratio"].iloc[0] == pytest.approx(1.0, abs=0.01)

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -300,7 +301,10 @@ def test_tables_rebuild_a_deleted_run(tiny_run):
 @pytest.mark.slow  # a further workflow run; CI runs it in .ci/run's slow step
 def test_two_configs_run_side_by_side(tmp_path):
     """Two configs with different ``results:`` roots run at once in one directory; each writes
-    its own outputs and logs."""
+    its own outputs and logs.  The second starts once the first has begun its first job, so that the
+    two do not end at the same instant: Snakemake's unlock removes the whole ``.snakemake/locks`` folder
+    (``exists`` then ``rmtree``), and two instances ending together can race on it (CI saw a
+    FileNotFoundError there once)."""
     base = yaml.safe_load(TINY_CONFIG.read_text())
     base["experiments"]["tiny"]["training"]["rounds"] = 2
     base["experiments"]["tiny"]["grid"][0].update(partitions=["iid"], algorithms=["fedavg"])
@@ -311,6 +315,10 @@ def test_two_configs_run_side_by_side(tmp_path):
         command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
                    "--configfile", str(configfile), "--cores", "1", "train"]
         processes[name] = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while name == "run_a" and not (tmp_path / name / "logs").exists() and processes[name].poll() is None:
+            assert time.monotonic() < deadline, "run_a began no job in 120 s"
+            time.sleep(0.1)
     for name, process in processes.items():
         output, _ = process.communicate(timeout=600)
         assert process.returncode == 0, output[-4000:]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -96,13 +95,6 @@ def spreads(text: str, name: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def report_text(rev: str | None, path: Path) -> str:
-    if rev is None:
-        return path.read_text(encoding="utf-8")
-    return subprocess.run(["git", "show", f"{rev}:reports/claims.md"], cwd=REPO, check=True, capture_output=True,
-                          text=True).stdout
-
-
 def compare(after: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
     key = ["claim", "setting", "partition", "model"]
     both = after.merge(before, on=key, how="outer", suffixes=("_after", "_before"))
@@ -138,11 +130,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--section", nargs=2, action="append", required=True, metavar=("AFTER", "BEFORE"),
                         help="a section now and the revision (or NAME@REV) of its 'before'")
     args = parser.parse_args(argv)
-    now = report_text(args.rev, args.report)
+    now = reread.report_text(args.rev, args.report)
     for after_name, before_spec in args.section:
         before_name, _, rev = before_spec.rpartition("@")
         before_name = before_name or after_name
-        both = compare(spreads(now, after_name), spreads(report_text(rev, args.report), before_name))
+        both = compare(spreads(now, after_name), spreads(reread.report_text(rev, args.report), before_name))
         print(markdown(both, f"{after_name} (now) against {before_name} at {rev}"), "\n")
 
 
